@@ -1,0 +1,83 @@
+#include "aten/copy.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "aten/op_kernel.h"
+#include "aten/storage.h"
+#include "lowering/view.h"
+
+namespace torchtpu::aten {
+namespace {
+
+bool is_tpu(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// tpu -> tpu on one device: the lowered `copy_` (convert, broadcast, write through the view).
+void copy_on_device(at::Tensor& self, const at::Tensor& src) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", "");
+  torch::jit::Stack stack{self, src, false};
+  op_kernel(op, &stack);
+}
+
+bool covers_own_storage(const at::Tensor& t) {
+  const auto [dtype, numel] = storage_layout(t);
+  return lowering::covers_storage(
+      lowering::ViewGeometry{to_dtype(t.scalar_type()), t.sizes().vec(), t.strides().vec(), t.storage_offset()}, dtype,
+      numel);
+}
+
+}  // namespace
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
+  if (self.numel() == 0) return self;
+  if (is_tpu(self) && is_tpu(src)) {
+    if (self.device() == src.device()) {
+      copy_on_device(self, src);
+    } else {
+      // Across tpu devices: through the host for now.
+      at::Tensor host = download(src);
+      copy_(self, host, false);
+    }
+    return self;
+  }
+  if (is_tpu(self)) {
+    // CPU -> tpu: convert and broadcast on the host, then either replace the storage's buffer or upload
+    // into a temporary and write through the view on device.
+    c10::DeviceGuard guard(self.device());
+    at::Tensor dense = src.to(self.scalar_type()).expand(self.sizes()).contiguous();
+    if (covers_own_storage(self)) {
+      storage_handle(self).buffer = upload_contiguous(dense, self.device().index());
+      return self;
+    }
+    at::Tensor staged = at::empty(self.sizes(), self.options());
+    storage_handle(staged).buffer = upload_contiguous(dense.reshape({-1}), self.device().index());
+    copy_on_device(self, staged);
+    return self;
+  }
+  // tpu -> CPU: fetch, then let the CPU copy convert and broadcast.
+  self.copy_(download(src));
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor out = dst;
+  copy_(out, self, non_blocking);
+  return out;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::Tensor out = dst;
+  if (out.sizes() != self.sizes()) out.resize_(self.sizes());
+  copy_(out, self, false);
+  return out;
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  return download(self).item();
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,156 @@
+// The tpu device as PyTorch sees it: device guard, accelerator hooks and the pinned host allocator.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "aten/generator.h"
+#include "aten/storage.h"
+#include "aten/storage_ops.h"
+#include "runtime/buffer.h"
+#include "runtime/plugin.h"
+
+namespace torchtpu::aten {
+namespace {
+
+thread_local c10::DeviceIndex t_current_device = 0;
+
+c10::DeviceIndex checked_count() { return static_cast<c10::DeviceIndex>(runtime::device_count()); }
+
+void check_index(c10::DeviceIndex index) {
+  const c10::DeviceIndex count = checked_count();
+  TORCH_CHECK(index >= 0 && index < count, "Invalid device index tpu:", static_cast<int>(index), ": there ",
+              count == 1 ? "is 1 tpu device" : "are " + std::to_string(count) + " tpu devices",
+              " (the CPU plugin presents TORCHTPU_NUM_DEVICES virtual devices).");
+}
+
+struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device exchangeDevice(c10::Device device) const override {
+    c10::Device old = getDevice();
+    setDevice(device);
+    return old;
+  }
+  c10::Device getDevice() const override { return {c10::DeviceType::PrivateUse1, t_current_device}; }
+  void setDevice(c10::Device device) const override {
+    if (device.index() == t_current_device) return;
+    check_index(device.index());
+    t_current_device = device.index();
+  }
+  void uncheckedSetDevice(c10::Device device) const noexcept override { t_current_device = device.index(); }
+  c10::Stream getStream(c10::Device device) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+  c10::Stream getDefaultStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
+  c10::Stream exchangeStream(c10::Stream stream) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, stream.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    try {
+      return checked_count();
+    } catch (...) {
+      return 0;
+    }
+  }
+  // One in-order queue per device: events are trivially complete from the host's point of view.
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream& stream) const override { runtime::synchronize(stream.device_index()); }
+  void synchronizeDevice(const c10::DeviceIndex index) const override { runtime::synchronize(index < 0 ? 0 : index); }
+};
+
+// Pinned host memory: page-aligned allocations we can recognise (is_pinned) by address range.
+class HostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nullptr;
+    if (nbytes > 0) {
+      TORCH_CHECK(posix_memalign(&data, 4096, nbytes) == 0, "out of host memory allocating ", nbytes, " pinned bytes");
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_[reinterpret_cast<uintptr_t>(data)] = nbytes;
+    }
+    return {data, data, &HostAllocator::release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &HostAllocator::release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  bool contains(const void* ptr) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.upper_bound(address);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return address < it->first + it->second;
+  }
+
+ private:
+  static void release(void* data);
+  std::mutex mutex_;
+  std::map<uintptr_t, size_t> blocks_;
+};
+
+HostAllocator& host_allocator() {
+  static HostAllocator allocator;
+  return allocator;
+}
+
+void HostAllocator::release(void* data) {
+  if (data == nullptr) return;
+  {
+    HostAllocator& self = host_allocator();
+    std::lock_guard<std::mutex> lock(self.mutex_);
+    self.blocks_.erase(reinterpret_cast<uintptr_t>(data));
+  }
+  std::free(data);
+}
+
+struct TpuHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override {
+    try {
+      return runtime::device_count() > 0;
+    } catch (...) {
+      return false;
+    }
+  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
+    return default_generator(device < 0 ? t_current_device : device);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override {
+    return make_generator(device < 0 ? t_current_device : device);
+  }
+  at::Device getDeviceFromPtr(void*) const override { return {c10::DeviceType::PrivateUse1, t_current_device}; }
+  bool isPinnedPtr(const void* data) const override { return host_allocator().contains(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &host_allocator(); }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return checked_count(); }
+  void setCurrentDevice(c10::DeviceIndex device) const override {
+    check_index(device);
+    t_current_device = device;
+  }
+  c10::DeviceIndex getCurrentDevice() const override { return t_current_device; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    const c10::DeviceIndex old = t_current_device;
+    setCurrentDevice(device);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    resize_storage_bytes(storage, nbytes);
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
+
+const bool g_hooks_registered = [] {
+  at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, tpu_allocator());
+  return true;
+}();
+
+}  // namespace
+}  // namespace torchtpu::aten

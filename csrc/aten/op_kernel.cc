@@ -1,0 +1,546 @@
+#include "aten/op_kernel.h"
+
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "aten/generator.h"
+#include "aten/metrics.h"
+#include "aten/storage.h"
+#include "cache/program_key.h"
+#include "eager/driver.h"
+#include "lowering/rule.h"
+#include "lowering/view.h"
+#include "runtime/error.h"
+#include "runtime/executable.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using lowering::Arg;
+using lowering::ViewGeometry;
+
+// Where a program parameter comes from: argument `arg`, element `element` of a tensor list (or -1).
+struct ParamSource {
+  size_t arg;
+  int element;
+};
+
+// How one program output is bound: a new tensor, or the new storage contents of a mutated argument.
+struct OutputBinding {
+  std::vector<int64_t> sizes;  // functional output sizes (contiguous), or the mutated arg's sizes
+  at::ScalarType dtype;
+  DType buffer_dtype;          // the program output's element type
+  std::vector<int64_t> buffer_dims;
+};
+
+struct CompiledOp {
+  std::unique_ptr<runtime::Executable> executable;
+  std::vector<ParamSource> params;
+  std::vector<OutputBinding> functional;  // in return order
+  std::vector<OutputBinding> writes;      // one per mutated argument, in argument order
+  bool uses_rng = false;
+  int64_t rng_draws = 0;
+};
+
+// Everything about one overload that does not depend on its arguments, built on first call.
+struct OpState {
+  std::string name;  // "aten::add_.Tensor"
+  const lowering::Rule* rule = nullptr;
+  std::vector<size_t> mutated;  // argument indices written by the op
+  bool is_out_variant = false;
+  OpCounters* counters = nullptr;
+  std::mutex mutex;
+  std::unordered_map<cache::ProgramKey, std::shared_ptr<CompiledOp>, cache::ProgramKeyHash> programs;
+};
+
+std::string full_name(const c10::FunctionSchema& schema) {
+  return schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
+}
+
+// The functional overload whose arguments are this out= overload's arguments without the outputs.
+std::string functional_of_out(const c10::FunctionSchema& schema) {
+  // Names and types: add.out must map to add.Tensor, not to add.Scalar with the same argument names.
+  std::vector<std::string> wanted;
+  for (const auto& a : schema.arguments()) {
+    if (!(a.alias_info() && a.alias_info()->isWrite())) wanted.push_back(a.name() + ":" + a.type()->str());
+  }
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name != schema.name() || name.overload_name == schema.overload_name()) continue;
+    auto handle = c10::Dispatcher::singleton().findSchema(name);
+    if (!handle || !handle->hasSchema()) continue;
+    const auto& candidate = handle->schema();
+    if (candidate.is_mutable()) continue;
+    std::vector<std::string> names;
+    for (const auto& a : candidate.arguments()) names.push_back(a.name() + ":" + a.type()->str());
+    if (names == wanted) return full_name(candidate);
+  }
+  return "";
+}
+
+const lowering::Rule* derive_rule(const c10::FunctionSchema& schema, bool is_out) {
+  const std::string name = full_name(schema);
+  if (const lowering::Rule* exact = lowering::find_rule(name)) return exact;
+  if (is_out) {
+    const std::string functional = functional_of_out(schema);
+    return functional.empty() ? nullptr : lowering::find_rule(functional);
+  }
+  // In-place "foo_.overload" -> "foo.overload".
+  const std::string& base = schema.name();
+  if (!base.empty() && base.back() == '_') {
+    std::string functional = base.substr(0, base.size() - 1);
+    if (!schema.overload_name().empty()) functional += "." + schema.overload_name();
+    return lowering::find_rule(functional);
+  }
+  return nullptr;
+}
+
+OpState& op_state(const c10::OperatorHandle& op) {
+  static std::mutex registry_mutex;
+  static std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpState>> states;
+  const c10::FunctionSchema* schema = &op.schema();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto& slot = states[schema];
+  if (!slot) {
+    auto state = std::make_unique<OpState>();
+    state->name = full_name(*schema);
+    const auto& arguments = schema->arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      if (arguments[i].alias_info() && arguments[i].alias_info()->isWrite()) {
+        state->mutated.push_back(i);
+        if (arguments[i].kwarg_only()) state->is_out_variant = true;
+      }
+    }
+    state->rule = derive_rule(*schema, state->is_out_variant);
+    TORCH_CHECK(state->rule != nullptr, "torchtpu: no lowering rule for ", state->name,
+                " although it is registered for tpu (this is a torchtpu bug)");
+    state->counters = &op_counters(state->name);
+    slot = std::move(state);
+  }
+  return *slot;
+}
+
+bool is_mutated(const OpState& state, size_t arg) {
+  for (size_t m : state.mutated) {
+    if (m == arg) return true;
+  }
+  return false;
+}
+
+bool is_cpu_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
+
+ViewGeometry geometry(const at::Tensor& t) {
+  return ViewGeometry{to_dtype(t.scalar_type()), t.sizes().vec(), t.strides().vec(), t.storage_offset()};
+}
+
+// Whether the rule reads the argument's current value: out= arguments and the self of ops that overwrite
+// it (fill_, copy_, uniform_, ...) are only written.
+bool rule_reads(const OpState& state, size_t arg) {
+  if (!is_mutated(state, arg)) return true;
+  if (state.is_out_variant) return false;
+  return !(state.rule->overwrites_first_arg && arg == 0);
+}
+
+// A write replaces the whole buffer when the view covers its storage; otherwise it scatters into it.
+bool replaces_storage(const at::Tensor& t) {
+  const auto [dtype, numel] = storage_layout(t);
+  return lowering::covers_storage(geometry(t), dtype, numel);
+}
+
+void add_tensor_to_key(cache::ProgramKey& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    key.add(-1);
+    return;
+  }
+  key.add(static_cast<int64_t>(t.scalar_type()));
+  if (is_cpu_scalar(t)) {
+    // Scalars are baked into the program as constants.
+    key.add(1);
+    if (at::isFloatingType(t.scalar_type())) key.add_double(t.item<double>());
+    else key.add(t.item<int64_t>());
+    return;
+  }
+  key.add(0);
+  key.add_list(t.sizes().data(), t.sizes().size());
+  key.add_list(t.strides().data(), t.strides().size());
+  key.add(t.storage_offset());
+  const auto [dtype, numel] = storage_layout(t);
+  key.add(static_cast<int64_t>(dtype));
+  key.add(numel);
+}
+
+void add_scalar_to_key(cache::ProgramKey& key, const c10::Scalar& s) {
+  if (s.isFloatingPoint()) {
+    key.add(10);
+    key.add_double(s.toDouble());
+  } else if (s.isBoolean()) {
+    key.add(11);
+    key.add(s.toBool());
+  } else {
+    TORCH_CHECK(!s.isComplex(), "tpu does not support complex scalars yet");
+    key.add(12);
+    key.add(s.toLong());
+  }
+}
+
+cache::ProgramKey make_key(const OpState& state, const torch::jit::Stack& stack, size_t first) {
+  cache::ProgramKey key;
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      add_tensor_to_key(key, v.toTensor());
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      key.add(static_cast<int64_t>(list.size()));
+      for (const at::Tensor& t : list) add_tensor_to_key(key, t);
+    } else if (v.isNone()) {
+      key.add(-2);
+    } else if (v.isScalar()) {
+      add_scalar_to_key(key, v.toScalar());
+    } else if (v.isIntList()) {
+      const auto ints = v.toIntVector();
+      key.add_list(ints.data(), ints.size());
+    } else if (v.isString()) {
+      key.add_string(v.toStringRef());
+    } else if (v.isBoolList()) {
+      for (bool b : v.toBoolList()) key.add(b);
+    } else if (v.isDevice()) {
+      key.add(v.toDevice().index());
+    } else if (v.isGenerator()) {
+      key.add(-3);  // the generator's state is a runtime input, not part of the program
+    } else {
+      TORCH_CHECK(false, "torchtpu: ", state.name, " has an argument kind the tpu kernel does not handle: ",
+                  v.tagKind());
+    }
+  }
+  return key;
+}
+
+// ---- Building a program on a cache miss -------------------------------------------------------------
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+
+c10::IValue to_meta(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList()) list.push_back(to_meta(t));
+    return list;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      list.push_back(t.has_value() ? std::optional<at::Tensor>(to_meta(*t)) : std::nullopt);
+    }
+    return list;
+  }
+  return v;
+}
+
+lowering::Arg scalar_arg(const c10::Scalar& s) {
+  Arg a;
+  if (s.isFloatingPoint()) {
+    a.kind = Arg::Kind::kDouble;
+    a.real = s.toDouble();
+  } else {
+    a.kind = s.isBoolean() ? Arg::Kind::kBool : Arg::Kind::kInt;
+    a.integer = s.toLong();
+  }
+  return a;
+}
+
+ir::Type ir_type(const at::Tensor& t) { return ir::Type{to_dtype(t.scalar_type()), t.sizes().vec()}; }
+
+// Reads one tensor argument into the graph: a constant for a CPU scalar, else a storage parameter and
+// a view read.
+ir::Value read_tensor(ir::Graph& g, const at::Tensor& t, CompiledOp& compiled, ParamSource source) {
+  if (is_cpu_scalar(t)) {
+    const DType dtype = to_dtype(t.scalar_type());
+    return is_floating(dtype) ? g.constant(t.item<double>(), dtype) : g.constant_int(t.item<int64_t>(), dtype);
+  }
+  const auto [dtype, numel] = storage_layout(t);
+  ir::Value flat = g.parameter(ir::Type{dtype, {numel}});
+  compiled.params.push_back(source);
+  return lowering::read_view(g, flat, geometry(t));
+}
+
+at::ScalarType common_dtype(const torch::jit::Stack& args) {
+  at::native::ResultTypeState state;
+  bool any = false;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      state = at::native::update_result_type_state(v.toTensor(), state);
+      any = true;
+    } else if (v.isScalar() && !v.isBool()) {
+      at::Tensor wrapped = at::scalar_tensor(v.toScalar(), at::TensorOptions().dtype(
+          v.isDouble() ? at::kDouble : at::kLong));
+      wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+      state = at::native::update_result_type_state(wrapped, state);
+    }
+  }
+  return any ? at::native::result_type(state) : at::kFloat;
+}
+
+std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state, torch::jit::Stack& stack,
+                                  size_t first) {
+  const size_t num_args = stack.size() - first;
+  // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
+  torch::jit::Stack meta_stack;
+  for (size_t i = first; i < stack.size(); ++i) meta_stack.push_back(to_meta(stack[i]));
+  op.callBoxed(&meta_stack);
+  // The boxed call consumed the arguments; for in-place and out= ops the (resized) mutated meta arguments
+  // come back as the returns.
+  auto compiled = std::make_shared<CompiledOp>();
+  compiled->uses_rng = state.rule->uses_rng;
+
+  std::vector<ir::Type> outputs;
+  std::vector<at::Tensor> functional_meta;
+  if (state.mutated.empty()) {
+    for (const c10::IValue& r : meta_stack) {
+      if (r.isTensor()) functional_meta.push_back(r.toTensor());
+      else if (r.isTensorList()) for (const at::Tensor& t : r.toTensorList()) functional_meta.push_back(t);
+    }
+    for (const at::Tensor& t : functional_meta) outputs.push_back(ir_type(t));
+  } else {
+    // Returns alias the mutated arguments, in order.
+    size_t m = 0;
+    for (const c10::IValue& r : meta_stack) {
+      if (!r.isTensor() || m >= state.mutated.size()) continue;
+      at::Tensor& real = stack[first + state.mutated[m]].toTensor();
+      const at::Tensor& meta = r.toTensor();
+      if (real.sizes() != meta.sizes()) real.resize_(meta.sizes());
+      outputs.push_back(ir_type(real));
+      ++m;
+    }
+    TORCH_INTERNAL_ASSERT(m == state.mutated.size(), "meta kernel of ", state.name, " returned ", m,
+                          " tensors for ", state.mutated.size(), " mutated arguments");
+  }
+
+  ir::Graph g;
+  lowering::LoweringContext ctx{g, {}, outputs, to_dtype(common_dtype(torch::jit::Stack(stack.begin() + first, stack.end()))), {}};
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& v = stack[first + i];
+    Arg a;
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && rule_reads(state, i)) {
+        a.kind = Arg::Kind::kTensor;
+        a.tensor = read_tensor(g, t, *compiled, {i, -1});
+      }
+    } else if (v.isTensorList()) {
+      a.kind = Arg::Kind::kTensorList;
+      int element = 0;
+      for (const at::Tensor& t : v.toTensorList()) a.tensors.push_back(read_tensor(g, t, *compiled, {i, element++}));
+    } else if (v.isScalar()) {
+      a = scalar_arg(v.toScalar());
+    } else if (v.isIntList()) {
+      a.kind = Arg::Kind::kIntList;
+      a.ints = v.toIntVector();
+    } else if (v.isString()) {
+      a.kind = Arg::Kind::kString;
+      a.text = v.toStringRef();
+    }
+    ctx.args.push_back(a);
+  }
+  if (compiled->uses_rng) {
+    ctx.rng_state = g.parameter(ir::Type{DType::kU64, {2}});
+    for (const ir::Type& t : outputs) compiled->rng_draws += 2 * t.numel();  // normal_ draws two per sample
+  }
+
+  std::vector<ir::Value> results;
+  try {
+    results = state.rule->lower(ctx);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "torchtpu: lowering ", state.name, " failed: ", e.what());
+  }
+  TORCH_INTERNAL_ASSERT(results.size() == outputs.size(), "rule for ", state.name, " returned ", results.size(),
+                        " values for ", outputs.size(), " outputs");
+
+  std::vector<ir::Value> program_results;
+  std::vector<runtime::ArrayType> result_types;
+  for (size_t r = 0; r < results.size(); ++r) {
+    ir::Value value = g.convert(results[r], outputs[r].dtype);
+    OutputBinding binding{outputs[r].dims, to_scalar_type(outputs[r].dtype), outputs[r].dtype, {}};
+    if (state.mutated.empty()) {
+      binding.buffer_dims = {outputs[r].numel()};
+      value = g.reshape(value, binding.buffer_dims);
+      compiled->functional.push_back(binding);
+    } else {
+      // Write through the mutated argument's view into its whole storage.
+      const size_t arg = state.mutated[r];
+      const at::Tensor& target = stack[first + arg].toTensor();
+      const auto [storage_dtype, storage_numel] = storage_layout(target);
+      ir::Value base;
+      if (replaces_storage(target)) {
+        value = g.reshape(value, {outputs[r].numel()});
+      } else {
+        base = g.parameter(ir::Type{storage_dtype, {storage_numel}});
+        compiled->params.push_back({arg, -2});  // -2: the whole storage, as the write base
+        value = lowering::write_view(g, base, geometry(target), value);
+      }
+      binding.buffer_dims = g.type(value).dims;
+      compiled->writes.push_back(binding);
+    }
+    program_results.push_back(value);
+    result_types.push_back({binding.buffer_dtype, binding.buffer_dims});
+  }
+  g.set_results(program_results);
+  // Parameter order is creation order: tensor reads, the RNG state, then write bases; run() follows it.
+  const std::string text = g.emit();
+  if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", state.name.c_str(), text.c_str());
+  compiled->executable = runtime::compile(text, std::move(result_types));
+  return compiled;
+}
+
+// ---- Running ----------------------------------------------------------------------------------------
+
+const at::Tensor& param_tensor(const torch::jit::Stack& stack, size_t first, const ParamSource& source,
+                               std::vector<at::Tensor>& scratch) {
+  const c10::IValue& v = stack[first + source.arg];
+  if (source.element < 0) return v.toTensor();
+  scratch.push_back(v.toTensorList().get(static_cast<size_t>(source.element)));
+  return scratch.back();
+}
+
+at::Tensor new_tensor(const OutputBinding& binding, runtime::BufferPtr buffer) {
+  at::Tensor t = at::empty(binding.sizes, at::TensorOptions().dtype(binding.dtype).device(c10::DeviceType::PrivateUse1,
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index()));
+  storage_handle(t).buffer = std::move(buffer);
+  return t;
+}
+
+void run(const OpState& state, const CompiledOp& compiled, torch::jit::Stack& stack, size_t first,
+         c10::DeviceIndex device) {
+  std::vector<at::Tensor> scratch;
+  scratch.reserve(compiled.params.size());
+  std::vector<runtime::BufferPtr> inputs;  // keeps every input alive through the call
+  inputs.reserve(compiled.params.size() + 1);
+  std::vector<const runtime::Buffer*> raw;
+  // Parameters were created in order: tensor reads (element >= -1), the RNG state, then write bases
+  // (element == -2). Emit them in that order.
+  auto push = [&](const ParamSource& source) {
+    const at::Tensor& t = param_tensor(stack, first, {source.arg, source.element < 0 ? -1 : source.element}, scratch);
+    inputs.push_back(storage_buffer(t));
+    raw.push_back(inputs.back().get());
+  };
+  for (const ParamSource& source : compiled.params) {
+    if (source.element != -2) push(source);
+  }
+  if (compiled.uses_rng) {
+    const c10::IValue* generator = nullptr;
+    for (size_t i = first; i < stack.size(); ++i) {
+      if (stack[i].isGenerator()) generator = &stack[i];
+    }
+    const std::array<uint64_t, 2> seed_offset = next_rng_state(
+        generator ? std::optional<at::Generator>(generator->toGenerator()) : std::nullopt, device, compiled.rng_draws);
+    at::Tensor host = at::empty({2}, at::TensorOptions().dtype(at::kUInt64));
+    std::memcpy(host.mutable_data_ptr(), seed_offset.data(), sizeof(seed_offset));
+    inputs.push_back(upload_contiguous(host, device));
+    raw.push_back(inputs.back().get());
+  }
+  for (const ParamSource& source : compiled.params) {
+    if (source.element == -2) push(source);
+  }
+
+  std::vector<runtime::BufferPtr> outputs = compiled.executable->execute(device, raw);
+  state.counters->executions++;
+  eager::after_execute(outputs);
+
+  const size_t num_args = stack.size() - first;
+  if (state.mutated.empty()) {
+    torch::jit::drop(stack, num_args);
+    for (size_t r = 0; r < compiled.functional.size(); ++r) {
+      stack.push_back(new_tensor(compiled.functional[r], std::move(outputs[r])));
+    }
+    return;
+  }
+  std::vector<at::Tensor> returned;
+  for (size_t m = 0; m < state.mutated.size(); ++m) {
+    at::Tensor target = stack[first + state.mutated[m]].toTensor();
+    storage_handle(target).buffer = std::move(outputs[m]);
+    returned.push_back(target);
+  }
+  torch::jit::drop(stack, num_args);
+  for (at::Tensor& t : returned) stack.push_back(std::move(t));
+}
+
+bool log_ops() {
+  static const bool enabled = std::getenv("TORCHTPU_LOG_OPS") != nullptr;
+  return enabled;
+}
+
+}  // namespace
+
+c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  const size_t first = stack.size() - schema.arguments().size();
+  std::optional<c10::Device> device;
+  std::optional<c10::Device> other;
+  auto visit = [&](const at::Tensor& t, bool may_be_scalar) {
+    if (!t.defined()) return;
+    if (t.device().type() == c10::DeviceType::PrivateUse1) {
+      if (!device) device = t.device();
+      else if (*device != t.device()) other = t.device();
+    } else if (!(may_be_scalar && is_cpu_scalar(t))) {
+      other = t.device();
+    }
+  };
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    const auto& argument = schema.arguments()[i - first];
+    const bool written = argument.alias_info() && argument.alias_info()->isWrite();
+    if (v.isTensor()) visit(v.toTensor(), !written);
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) visit(t, false);
+  }
+  TORCH_CHECK(device.has_value(), schema.name(), ": expected a tpu tensor argument");
+  TORCH_CHECK(!other.has_value(), "Expected all tensors to be on the same device, but found at least two devices, ",
+              *device, " and ", *other, "!");
+  return device->index();
+}
+
+void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpState& state = op_state(op);
+  if (log_ops()) std::fprintf(stderr, "[torchtpu] %s\n", state.name.c_str());
+  const size_t first = stack->size() - op.schema().arguments().size();
+  const c10::DeviceIndex device = common_device(op.schema(), *stack);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  try {
+    const cache::ProgramKey key = make_key(state, *stack, first);
+    std::shared_ptr<CompiledOp> compiled;
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      auto it = state.programs.find(key);
+      if (it != state.programs.end()) compiled = it->second;
+    }
+    if (compiled) {
+      state.counters->cache_hits++;
+      // out= arguments take the shapes recorded when the program was built.
+      for (size_t m = 0; m < state.mutated.size() && state.is_out_variant; ++m) {
+        at::Tensor& out = (*stack)[first + state.mutated[m]].toTensor();
+        if (out.sizes() != c10::IntArrayRef(compiled->writes[m].sizes)) out.resize_(compiled->writes[m].sizes);
+      }
+    } else {
+      compiled = build(op, state, *stack, first);
+      state.counters->compiles++;
+      std::lock_guard<std::mutex> lock(state.mutex);
+      state.programs.emplace(key, compiled);
+    }
+    run(state, *compiled, *stack, first, device);
+  } catch (const runtime::PjrtError& e) {
+    TORCH_CHECK(false, state.name, " on tpu failed: ", e.what());
+  }
+}
+
+}  // namespace torchtpu::aten

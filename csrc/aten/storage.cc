@@ -1,0 +1,127 @@
+#include "aten/storage.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <atomic>
+
+#include "aten/metrics.h"
+#include "lowering/view.h"
+
+namespace torchtpu::aten {
+namespace {
+
+void delete_handle(void* context) { delete static_cast<StorageHandle*>(context); }
+
+class TpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    const c10::DeviceIndex device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
+    auto* handle = new StorageHandle{nullptr, device};
+    // Synthetic, never dereferenced; each storage gets its own address range so data_ptr() of views of
+    // different storages never collide.
+    constexpr uintptr_t kAlignment = 256;
+    const uintptr_t span = (static_cast<uintptr_t>(nbytes) + kAlignment) & ~(kAlignment - 1);
+    void* address = reinterpret_cast<void*>(next_address_.fetch_add(span));
+    return {address, handle, &delete_handle, c10::Device(c10::DeviceType::PrivateUse1, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void*, const void*, std::size_t) const override {
+    TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_");
+  }
+
+ private:
+  std::atomic<uintptr_t> next_address_{uintptr_t{1} << 44};
+};
+
+}  // namespace
+
+c10::Allocator* tpu_allocator() {
+  static TpuAllocator allocator;
+  return &allocator;
+}
+
+StorageHandle& storage_handle(const c10::Storage& storage) {
+  void* context = storage.data_ptr().get_context();
+  TORCH_CHECK(context != nullptr && storage.device_type() == c10::DeviceType::PrivateUse1,
+              "expected a tpu storage");
+  return *static_cast<StorageHandle*>(context);
+}
+
+std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
+  const StorageHandle& handle = storage_handle(tensor);
+  if (handle.buffer) return {handle.buffer->dtype(), handle.buffer->numel()};
+  const size_t nbytes = tensor.storage().nbytes();
+  const DType dtype = to_dtype(tensor.scalar_type());
+  if (nbytes % element_size(dtype) == 0) return {dtype, static_cast<int64_t>(nbytes / element_size(dtype))};
+  return {DType::kU8, static_cast<int64_t>(nbytes)};
+}
+
+const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor) {
+  StorageHandle& handle = storage_handle(tensor);
+  if (!handle.buffer) {
+    const auto [dtype, numel] = storage_layout(tensor);
+    at::Tensor zeros = at::zeros({numel}, at::TensorOptions().dtype(to_scalar_type(dtype)));
+    handle.buffer = upload_contiguous(zeros, handle.device);
+  }
+  return handle.buffer;
+}
+
+DType to_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kBool: return DType::kBool;
+    case at::kChar: return DType::kI8;
+    case at::kShort: return DType::kI16;
+    case at::kInt: return DType::kI32;
+    case at::kLong: return DType::kI64;
+    case at::kByte: return DType::kU8;
+    case at::kUInt32: return DType::kU32;
+    case at::kUInt64: return DType::kU64;
+    case at::kHalf: return DType::kF16;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kFloat: return DType::kF32;
+    case at::kDouble: return DType::kF64;
+    default:
+      TORCH_CHECK_TYPE(false, "tpu does not support dtype ", type, " yet");
+  }
+}
+
+at::ScalarType to_scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return at::kBool;
+    case DType::kI8: return at::kChar;
+    case DType::kI16: return at::kShort;
+    case DType::kI32: return at::kInt;
+    case DType::kI64: return at::kLong;
+    case DType::kU8: return at::kByte;
+    case DType::kU32: return at::kUInt32;
+    case DType::kU64: return at::kUInt64;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kF32: return at::kFloat;
+    case DType::kF64: return at::kDouble;
+  }
+  return at::kFloat;
+}
+
+runtime::BufferPtr upload_contiguous(const at::Tensor& host, int device) {
+  TORCH_INTERNAL_ASSERT(host.is_cpu() && host.is_contiguous());
+  record_transfer(/*to_device=*/true, host.nbytes());
+  std::vector<int64_t> dims(host.sizes().begin(), host.sizes().end());
+  // The lambda owns a reference to the host tensor until the plugin has read it.
+  return runtime::upload(host.const_data_ptr(), to_dtype(host.scalar_type()), dims, device,
+                         [keep_alive = host]() mutable { keep_alive.reset(); });
+}
+
+at::Tensor download(const at::Tensor& tensor) {
+  const runtime::BufferPtr buffer = storage_buffer(tensor);
+  at::Tensor flat = at::empty({buffer->numel()}, at::TensorOptions().dtype(to_scalar_type(buffer->dtype())));
+  record_transfer(/*to_device=*/false, buffer->nbytes());
+  runtime::download(*buffer, flat.mutable_data_ptr());
+  // Reinterpret the bytes as the tensor's dtype and apply its view geometry on the host.
+  at::Tensor typed = flat.scalar_type() == tensor.scalar_type() ? flat : flat.view(tensor.scalar_type());
+  return typed.as_strided(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,37 @@
+// Storages on the tpu device: an opaque handle naming one flat PJRT buffer.
+//
+// The DataPtr of a tpu storage carries a unique synthetic address (never dereferenced; Hugging Face tells
+// tied weights apart by it) and, as its context, the StorageHandle that owns the buffer.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include "ir/dtype.h"
+#include "runtime/buffer.h"
+
+namespace torchtpu::aten {
+
+struct StorageHandle {
+  runtime::BufferPtr buffer;  // null until first written: reads see zeros
+  int device = 0;
+};
+
+c10::Allocator* tpu_allocator();
+StorageHandle& storage_handle(const c10::Storage& storage);
+inline StorageHandle& storage_handle(const at::Tensor& tensor) { return storage_handle(tensor.storage()); }
+
+// The storage's buffer; a storage never written gets a zero buffer of `dtype` first.
+const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor);
+// Element type and element count of the storage's buffer as it would be read (see storage_buffer).
+std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);
+
+DType to_dtype(at::ScalarType type);  // throws a clear error for types tpu lacks
+at::ScalarType to_scalar_type(DType dtype);
+
+// Host <-> device. `upload_to` writes the dense values of `host` (already of `tensor`'s dtype and shape)
+// into `tensor`, replacing the buffer when `tensor` covers its storage.
+at::Tensor download(const at::Tensor& tensor);  // a CPU tensor with tensor's values
+runtime::BufferPtr upload_contiguous(const at::Tensor& host, int device);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,55 @@
+#include "ir/dtype.h"
+
+namespace torchtpu {
+
+size_t element_size(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kI8:
+    case DType::kU8:
+      return 1;
+    case DType::kI16:
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+    case DType::kU32:
+    case DType::kF32:
+      return 4;
+    case DType::kI64:
+    case DType::kU64:
+    case DType::kF64:
+      return 8;
+  }
+  return 0;
+}
+
+bool is_floating(DType dtype) {
+  return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 || dtype == DType::kF64;
+}
+
+bool is_integral(DType dtype) { return dtype != DType::kBool && !is_floating(dtype); }
+
+bool is_unsigned(DType dtype) {
+  return dtype == DType::kU8 || dtype == DType::kU32 || dtype == DType::kU64;
+}
+
+const char* mlir_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return "i1";
+    case DType::kI8: return "i8";
+    case DType::kI16: return "i16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "ui8";
+    case DType::kU32: return "ui32";
+    case DType::kU64: return "ui64";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+  }
+  return "?";
+}
+
+}  // namespace torchtpu

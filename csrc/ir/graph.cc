@@ -1,0 +1,390 @@
+#include "ir/graph.h"
+
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace torchtpu::ir {
+namespace {
+
+const char* reducer_op(Reducer reducer) {
+  switch (reducer) {
+    case Reducer::kAdd: return "stablehlo.add";
+    case Reducer::kMul: return "stablehlo.multiply";
+    case Reducer::kMax: return "stablehlo.maximum";
+    case Reducer::kMin: return "stablehlo.minimum";
+    case Reducer::kAnd: return "stablehlo.and";
+    case Reducer::kOr: return "stablehlo.or";
+  }
+  return "";
+}
+
+const char* comparison_name(Comparison direction) {
+  switch (direction) {
+    case Comparison::kEQ: return "EQ";
+    case Comparison::kNE: return "NE";
+    case Comparison::kLT: return "LT";
+    case Comparison::kLE: return "LE";
+    case Comparison::kGT: return "GT";
+    case Comparison::kGE: return "GE";
+  }
+  return "";
+}
+
+// Exact spelling of a floating constant: MLIR accepts the bit pattern as a hex integer.
+std::string float_literal(double value, DType dtype) {
+  char buf[32];
+  switch (dtype) {
+    case DType::kF64: {
+      uint64_t bits;
+      std::memcpy(&bits, &value, sizeof bits);
+      std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(bits));
+      return buf;
+    }
+    case DType::kF32: {
+      float f = static_cast<float>(value);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      std::snprintf(buf, sizeof buf, "0x%08X", bits);
+      return buf;
+    }
+    case DType::kBF16: {
+      // Round to nearest even from float32, as torch does when converting.
+      float f = static_cast<float>(value);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      uint16_t half;
+      if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        half = static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+      } else {
+        uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+        half = static_cast<uint16_t>((bits + rounding) >> 16);
+      }
+      std::snprintf(buf, sizeof buf, "0x%04X", half);
+      return buf;
+    }
+    case DType::kF16: {
+      _Float16 h = static_cast<_Float16>(value);
+      uint16_t bits;
+      std::memcpy(&bits, &h, sizeof bits);
+      std::snprintf(buf, sizeof buf, "0x%04X", bits);
+      return buf;
+    }
+    default:
+      throw std::invalid_argument("float_literal: not a floating type");
+  }
+}
+
+std::string join(const std::vector<int64_t>& values, const char* separator) {
+  std::ostringstream out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out << separator;
+    out << values[i];
+  }
+  return out.str();
+}
+
+std::string bracket_list(const std::vector<int64_t>& values) { return "[" + join(values, ", ") + "]"; }
+
+std::string scalar_region(const char* op, DType dtype) {
+  const std::string t = to_mlir(Type{dtype, {}});
+  return std::string("({\n    ^bb0(%lhs: ") + t + ", %rhs: " + t + "):\n      %r = \"" + op +
+         "\"(%lhs, %rhs) : (" + t + ", " + t + ") -> " + t + "\n      \"stablehlo.return\"(%r) : (" + t +
+         ") -> ()\n    })";
+}
+
+}  // namespace
+
+int64_t Type::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string to_mlir(const Type& type) {
+  std::string out = "tensor<";
+  for (int64_t d : type.dims) out += std::to_string(d) + "x";
+  out += mlir_name(type.dtype);
+  out += ">";
+  return out;
+}
+
+std::string dense_i64_array(const std::vector<int64_t>& values) {
+  return values.empty() ? "array<i64>" : "array<i64: " + join(values, ", ") + ">";
+}
+
+Value Graph::add_node(std::string text, std::vector<Type> result_types, int result_index) {
+  nodes_.push_back(Node{std::move(text), result_types});
+  const int node = static_cast<int>(nodes_.size()) - 1;
+  Value first;
+  for (size_t i = 0; i < result_types.size(); ++i) {
+    values_.push_back(ValueInfo{node, static_cast<int>(i), result_types[i]});
+    if (static_cast<int>(i) == result_index) first = Value{static_cast<int>(values_.size()) - 1};
+  }
+  return first;
+}
+
+std::string Graph::name(Value value) const {
+  const ValueInfo& info = values_.at(static_cast<size_t>(value.id));
+  const Node& node = nodes_[static_cast<size_t>(info.node)];
+  if (node.text.empty()) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (parameters_[i].id == value.id) return "%arg" + std::to_string(i);
+    }
+  }
+  std::string base = "%v" + std::to_string(info.node);
+  if (node.result_types.size() > 1) base += "#" + std::to_string(info.result_index);
+  return base;
+}
+
+std::string Graph::operand_list(const std::vector<Value>& operands) const {
+  std::string out = "(";
+  for (size_t i = 0; i < operands.size(); ++i) {
+    if (i) out += ", ";
+    out += name(operands[i]);
+  }
+  return out + ")";
+}
+
+std::string Graph::signature(const std::vector<Value>& operands, const std::vector<Type>& results) const {
+  std::string out = " : (";
+  for (size_t i = 0; i < operands.size(); ++i) {
+    if (i) out += ", ";
+    out += to_mlir(type(operands[i]));
+  }
+  out += ") -> ";
+  if (results.size() == 1) return out + to_mlir(results[0]);
+  out += "(";
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (i) out += ", ";
+    out += to_mlir(results[i]);
+  }
+  return out + ")";
+}
+
+Value Graph::parameter(const Type& type) {
+  Value v = add_node("", {type});
+  parameters_.push_back(v);
+  return v;
+}
+
+const Type& Graph::type(Value value) const { return values_.at(static_cast<size_t>(value.id)).type; }
+
+void Graph::set_results(std::vector<Value> results) { results_ = std::move(results); }
+
+Value Graph::op(const std::string& name_, const std::vector<Value>& operands, const Type& result,
+                const std::string& attributes) {
+  std::string text = "\"stablehlo." + name_ + "\"" + operand_list(operands);
+  if (!attributes.empty()) text += " {" + attributes + "}";
+  text += signature(operands, {result});
+  return add_node(std::move(text), {result});
+}
+
+Value Graph::constant(double value, DType dtype, const std::vector<int64_t>& dims) {
+  if (!is_floating(dtype)) return constant_int(static_cast<int64_t>(value), dtype, dims);
+  const Type scalar{dtype, {}};
+  Value c = add_node("\"stablehlo.constant\"() {value = dense<" + float_literal(value, dtype) + "> : " +
+                         to_mlir(scalar) + "} : () -> " + to_mlir(scalar),
+                     {scalar});
+  return dims.empty() ? c : broadcast_in_dim(c, dims, {});
+}
+
+Value Graph::constant_int(int64_t value, DType dtype, const std::vector<int64_t>& dims) {
+  if (is_floating(dtype)) return constant(static_cast<double>(value), dtype, dims);
+  const Type scalar{dtype, {}};
+  std::string literal = dtype == DType::kBool ? (value ? "true" : "false") : std::to_string(value);
+  if (is_unsigned(dtype)) literal = std::to_string(static_cast<uint64_t>(value));
+  Value c = add_node("\"stablehlo.constant\"() {value = dense<" + literal + "> : " + to_mlir(scalar) +
+                         "} : () -> " + to_mlir(scalar),
+                     {scalar});
+  return dims.empty() ? c : broadcast_in_dim(c, dims, {});
+}
+
+Value Graph::unary(const std::string& name_, Value x) { return op(name_, {x}, type(x)); }
+
+Value Graph::binary(const std::string& name_, Value a, Value b) {
+  if (!(type(a) == type(b))) {
+    throw std::invalid_argument("binary " + name_ + ": operand types differ: " + to_mlir(type(a)) + " vs " +
+                                to_mlir(type(b)));
+  }
+  return op(name_, {a, b}, type(a));
+}
+
+Value Graph::convert(Value x, DType dtype) {
+  if (type(x).dtype == dtype) return x;
+  return op("convert", {x}, Type{dtype, type(x).dims});
+}
+
+Value Graph::bitcast_convert(Value x, const Type& result) { return op("bitcast_convert", {x}, result); }
+
+Value Graph::broadcast_in_dim(Value x, const std::vector<int64_t>& dims, const std::vector<int64_t>& broadcast_dims) {
+  if (type(x).dims == dims && broadcast_dims.size() == dims.size()) {
+    bool identity = true;
+    for (size_t i = 0; i < broadcast_dims.size(); ++i) identity &= broadcast_dims[i] == static_cast<int64_t>(i);
+    if (identity) return x;
+  }
+  return op("broadcast_in_dim", {x}, Type{type(x).dtype, dims},
+            "broadcast_dimensions = " + dense_i64_array(broadcast_dims));
+}
+
+Value Graph::reshape(Value x, const std::vector<int64_t>& dims) {
+  if (type(x).dims == dims) return x;
+  return op("reshape", {x}, Type{type(x).dtype, dims});
+}
+
+Value Graph::transpose(Value x, const std::vector<int64_t>& permutation) {
+  bool identity = true;
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    identity &= permutation[i] == static_cast<int64_t>(i);
+    dims.push_back(type(x).dims.at(static_cast<size_t>(permutation[i])));
+  }
+  if (identity) return x;
+  return op("transpose", {x}, Type{type(x).dtype, dims}, "permutation = " + dense_i64_array(permutation));
+}
+
+Value Graph::slice(Value x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+                   const std::vector<int64_t>& strides) {
+  std::vector<int64_t> dims;
+  bool identity = true;
+  for (size_t i = 0; i < start.size(); ++i) {
+    dims.push_back((limit[i] - start[i] + strides[i] - 1) / strides[i]);
+    identity &= start[i] == 0 && limit[i] == type(x).dims[i] && strides[i] == 1;
+  }
+  if (identity) return x;
+  return op("slice", {x}, Type{type(x).dtype, dims},
+            "start_indices = " + dense_i64_array(start) + ", limit_indices = " + dense_i64_array(limit) +
+                ", strides = " + dense_i64_array(strides));
+}
+
+Value Graph::pad(Value x, Value padding_value, const std::vector<int64_t>& low, const std::vector<int64_t>& high) {
+  std::vector<int64_t> dims = type(x).dims;
+  std::vector<int64_t> interior(dims.size(), 0);
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] += low[i] + high[i];
+  return op("pad", {x, padding_value}, Type{type(x).dtype, dims},
+            "edge_padding_low = " + dense_i64_array(low) + ", edge_padding_high = " + dense_i64_array(high) +
+                ", interior_padding = " + dense_i64_array(interior));
+}
+
+Value Graph::iota(const Type& t, int64_t dimension) {
+  return add_node("\"stablehlo.iota\"() {iota_dimension = " + std::to_string(dimension) + " : i64} : () -> " +
+                      to_mlir(t),
+                  {t});
+}
+
+Value Graph::compare(Value a, Value b, Comparison direction) {
+  const DType dtype = type(a).dtype;
+  const char* compare_type = is_floating(dtype) ? "FLOAT" : (is_unsigned(dtype) || dtype == DType::kBool) ? "UNSIGNED" : "SIGNED";
+  return op("compare", {a, b}, Type{DType::kBool, type(a).dims},
+            std::string("comparison_direction = #stablehlo<comparison_direction ") + comparison_name(direction) +
+                ">, compare_type = #stablehlo<comparison_type " + compare_type + ">");
+}
+
+Value Graph::select(Value predicate, Value on_true, Value on_false) {
+  return op("select", {predicate, on_true, on_false}, type(on_true));
+}
+
+Value Graph::reduce(Value x, Value init, const std::vector<int64_t>& dimensions, Reducer reducer) {
+  std::vector<int64_t> kept;
+  const Type& in = type(x);
+  for (size_t i = 0; i < in.dims.size(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dimensions) reduced |= d == static_cast<int64_t>(i);
+    if (!reduced) kept.push_back(in.dims[i]);
+  }
+  const Type result{in.dtype, kept};
+  std::string text = "\"stablehlo.reduce\"" + operand_list({x, init}) + " " + scalar_region(reducer_op(reducer), in.dtype) +
+                     " {dimensions = " + dense_i64_array(dimensions) + "}" + signature({x, init}, {result});
+  return add_node(std::move(text), {result});
+}
+
+Value Graph::dot_general(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch, const std::vector<int64_t>& rhs_batch,
+                         const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract,
+                         DType result_dtype) {
+  // Result dims: batch, lhs free, rhs free (StableHLO's fixed order).
+  auto free_dims = [](const Type& t, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < t.dims.size(); ++i) {
+      bool used = false;
+      for (int64_t d : batch) used |= d == static_cast<int64_t>(i);
+      for (int64_t d : contract) used |= d == static_cast<int64_t>(i);
+      if (!used) out.push_back(t.dims[i]);
+    }
+    return out;
+  };
+  std::vector<int64_t> dims;
+  for (int64_t d : lhs_batch) dims.push_back(type(lhs).dims.at(static_cast<size_t>(d)));
+  for (int64_t d : free_dims(type(lhs), lhs_batch, lhs_contract)) dims.push_back(d);
+  for (int64_t d : free_dims(type(rhs), rhs_batch, rhs_contract)) dims.push_back(d);
+  // HIGHEST precision: float32 matmuls stay float32 on TPU, as torch computes them.
+  return op("dot_general", {lhs, rhs}, Type{result_dtype, dims},
+            "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " + bracket_list(lhs_batch) +
+                ", rhs_batching_dimensions = " + bracket_list(rhs_batch) +
+                ", lhs_contracting_dimensions = " + bracket_list(lhs_contract) +
+                ", rhs_contracting_dimensions = " + bracket_list(rhs_contract) +
+                ">, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]");
+}
+
+Value Graph::gather_flat(Value flat, Value indices) {
+  const Type& index_type = type(indices);
+  const int64_t index_vector_dim = index_type.rank() - 1;
+  std::vector<int64_t> dims(index_type.dims.begin(), index_type.dims.end() - 1);
+  return op("gather", {flat, indices}, Type{type(flat).dtype, dims},
+            "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
+            "index_vector_dim = " +
+                std::to_string(index_vector_dim) + ">, slice_sizes = array<i64: 1>, indices_are_sorted = false");
+}
+
+Value Graph::scatter_flat(Value flat, Value indices, Value updates) {
+  const Type& flat_type = type(flat);
+  const int64_t index_vector_dim = type(indices).rank() - 1;
+  const std::string t = to_mlir(Type{flat_type.dtype, {}});
+  std::string region = "({\n    ^bb0(%old: " + t + ", %new: " + t + "):\n      \"stablehlo.return\"(%new) : (" + t +
+                       ") -> ()\n    })";
+  std::string text = "\"stablehlo.scatter\"" + operand_list({flat, indices, updates}) + " " + region +
+                     " {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
+                     "scatter_dims_to_operand_dims = [0], index_vector_dim = " +
+                     std::to_string(index_vector_dim) + ">, indices_are_sorted = false, unique_indices = false}" +
+                     signature({flat, indices, updates}, {flat_type});
+  return add_node(std::move(text), {flat_type});
+}
+
+std::pair<Value, Value> Graph::rng_bit_generator(Value state, const Type& bits_type) {
+  const Type state_type = type(state);
+  std::string text = "\"stablehlo.rng_bit_generator\"" + operand_list({state}) +
+                     " {rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>}" +
+                     signature({state}, {state_type, bits_type});
+  Value new_state = add_node(std::move(text), {state_type, bits_type}, 0);
+  return {new_state, Value{new_state.id + 1}};
+}
+
+std::string Graph::emit() const {
+  std::ostringstream out;
+  out << "module @torchtpu {\n  func.func public @main(";
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (i) out << ", ";
+    out << "%arg" << i << ": " << to_mlir(type(parameters_[i]));
+  }
+  out << ") -> (";
+  for (size_t i = 0; i < results_.size(); ++i) {
+    if (i) out << ", ";
+    out << to_mlir(type(results_[i]));
+  }
+  out << ") {\n";
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
+    if (node.text.empty()) continue;
+    out << "    %v" << n;
+    if (node.result_types.size() > 1) out << ":" << node.result_types.size();
+    out << " = " << node.text << "\n";
+  }
+  out << "    \"func.return\"" << operand_list(results_) << " : (";
+  for (size_t i = 0; i < results_.size(); ++i) {
+    if (i) out << ", ";
+    out << to_mlir(type(results_[i]));
+  }
+  out << ") -> ()\n  }\n}\n";
+  return out.str();
+}
+
+}  // namespace torchtpu::ir

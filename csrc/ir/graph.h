@@ -1,0 +1,101 @@
+// A small SSA graph of StableHLO operations with static shapes, and its printer.
+//
+// A Graph is built once per cache miss by the lowering rules, printed as a StableHLO module in MLIR's
+// generic op syntax (the spelling most stable across plugin versions) and handed to the compiler.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/dtype.h"
+
+namespace torchtpu::ir {
+
+// A ranked tensor type; an empty `dims` is a scalar (0-d tensor).
+struct Type {
+  DType dtype;
+  std::vector<int64_t> dims;
+
+  int64_t numel() const;
+  int64_t rank() const { return static_cast<int64_t>(dims.size()); }
+  bool operator==(const Type& other) const { return dtype == other.dtype && dims == other.dims; }
+};
+std::string to_mlir(const Type& type);  // "tensor<2x3xf32>"
+
+// Names one result of one operation in a Graph.
+struct Value {
+  int id = -1;
+  bool valid() const { return id >= 0; }
+};
+
+enum class Reducer { kAdd, kMul, kMax, kMin, kAnd, kOr };
+enum class Comparison { kEQ, kNE, kLT, kLE, kGT, kGE };
+
+class Graph {
+ public:
+  Value parameter(const Type& type);
+  const Type& type(Value value) const;
+  void set_results(std::vector<Value> results);
+  const std::vector<Value>& results() const { return results_; }
+  // The whole module, with one public function @main(parameters...) -> (results...).
+  std::string emit() const;
+
+  // Any single-result StableHLO op: `name` without the "stablehlo." prefix, `attributes` the text inside
+  // the attribute dictionary (may be empty).
+  Value op(const std::string& name, const std::vector<Value>& operands, const Type& result,
+           const std::string& attributes = "");
+
+  // Element-typed scalar constants broadcast to `dims`. Integers and floats are printed exactly.
+  Value constant(double value, DType dtype, const std::vector<int64_t>& dims = {});
+  Value constant_int(int64_t value, DType dtype, const std::vector<int64_t>& dims = {});
+
+  Value unary(const std::string& name, Value x);
+  Value binary(const std::string& name, Value a, Value b);  // operands must share one type
+  Value convert(Value x, DType dtype);
+  Value bitcast_convert(Value x, const Type& result);
+  Value broadcast_in_dim(Value x, const std::vector<int64_t>& dims, const std::vector<int64_t>& broadcast_dims);
+  Value reshape(Value x, const std::vector<int64_t>& dims);
+  Value transpose(Value x, const std::vector<int64_t>& permutation);
+  Value slice(Value x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+              const std::vector<int64_t>& strides);
+  Value pad(Value x, Value padding_value, const std::vector<int64_t>& low, const std::vector<int64_t>& high);
+  Value iota(const Type& type, int64_t dimension);
+  Value compare(Value a, Value b, Comparison direction);
+  Value select(Value predicate, Value on_true, Value on_false);
+  Value reduce(Value x, Value init, const std::vector<int64_t>& dimensions, Reducer reducer);
+  Value dot_general(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+                    const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                    const std::vector<int64_t>& rhs_contract, DType result_dtype);
+  // Reads flat[indices[..., 0]]: `flat` is 1-d, `indices` has a trailing dimension of size 1.
+  Value gather_flat(Value flat, Value indices);
+  // Writes `updates` into flat at indices[..., 0] (last write wins).
+  Value scatter_flat(Value flat, Value indices, Value updates);
+  // rng_bit_generator: returns {new_state, bits}.
+  std::pair<Value, Value> rng_bit_generator(Value state, const Type& bits_type);
+
+ private:
+  struct Node {
+    std::string text;        // the op's text after "= "; empty for parameters
+    std::vector<Type> result_types;
+  };
+  struct ValueInfo {
+    int node;
+    int result_index;
+    Type type;
+  };
+  Value add_node(std::string text, std::vector<Type> result_types, int result_index = 0);
+  std::string name(Value value) const;
+  std::string operand_list(const std::vector<Value>& operands) const;
+  std::string signature(const std::vector<Value>& operands, const std::vector<Type>& results) const;
+
+  std::vector<Node> nodes_;
+  std::vector<ValueInfo> values_;
+  std::vector<Value> parameters_;
+  std::vector<Value> results_;
+};
+
+// "array<i64: 1, 2>"
+std::string dense_i64_array(const std::vector<int64_t>& values);
+
+}  // namespace torchtpu::ir

@@ -1,0 +1,56 @@
+#include "lowering/helpers.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace torchtpu::lowering {
+
+Value broadcast_to(Graph& g, Value x, const std::vector<int64_t>& dims) {
+  const Type& t = g.type(x);
+  if (t.dims == dims) return x;
+  const int64_t lead = static_cast<int64_t>(dims.size()) - t.rank();
+  if (lead < 0) throw std::invalid_argument("cannot broadcast " + ir::to_mlir(t) + " to a lower rank");
+  // Dims of size 1 that must grow are dropped first, so broadcast_in_dim sees only matching dims.
+  std::vector<int64_t> kept_dims, kept_positions;
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    const int64_t target = dims[static_cast<size_t>(lead + i)];
+    if (t.dims[static_cast<size_t>(i)] == target) {
+      kept_dims.push_back(target);
+      kept_positions.push_back(lead + i);
+    } else if (t.dims[static_cast<size_t>(i)] != 1) {
+      throw std::invalid_argument("cannot broadcast " + ir::to_mlir(t));
+    }
+  }
+  return g.broadcast_in_dim(g.reshape(x, kept_dims), dims, kept_positions);
+}
+
+Value cast_to(Graph& g, Value x, const Type& target) {
+  return broadcast_to(g, g.convert(x, target.dtype), target.dims);
+}
+
+std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t rank) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    for (int64_t i = 0; i < rank; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t d : dims) out.push_back(rank == 0 ? 0 : (d < 0 ? d + rank : d));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (rank == 0) out.clear();
+  return out;
+}
+
+DType accumulation_dtype(DType dtype) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) ? DType::kF32 : dtype;
+}
+
+Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& operands, DType compute,
+                  const std::vector<int64_t>& dims) {
+  std::vector<Value> cast;
+  for (Value v : operands) cast.push_back(cast_to(g, v, Type{compute, dims}));
+  if (cast.size() == 1) return g.unary(name, cast[0]);
+  return g.binary(name, cast[0], cast[1]);
+}
+
+}  // namespace torchtpu::lowering

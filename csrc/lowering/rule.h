@@ -1,0 +1,73 @@
+// The lowering rule interface and the one table of rules.
+//
+// A rule turns one ATen op (by its overload name, e.g. "aten::add.Tensor") into IR: it reads its arguments
+// as IR values and returns one IR value per result. Rules never see ATen or PJRT types and never know which
+// driver called them. In-place and out= overloads reuse the functional rule; the caller writes the results
+// back into the mutated tensors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace torchtpu::lowering {
+
+using ir::Graph;
+using ir::Type;
+using ir::Value;
+
+// One argument of the op, in schema order.
+struct Arg {
+  enum class Kind { kNone, kTensor, kTensorList, kInt, kDouble, kBool, kIntList, kString };
+  Kind kind = Kind::kNone;
+  Value tensor;                 // kTensor
+  std::vector<Value> tensors;   // kTensorList
+  int64_t integer = 0;          // kInt, and kBool as 0/1
+  double real = 0;              // kDouble
+  std::vector<int64_t> ints;    // kIntList
+  std::string text;             // kString
+};
+
+struct LoweringContext {
+  Graph& graph;
+  std::vector<Arg> args;
+  std::vector<Type> outputs;  // result types, from shape inference
+  DType common_dtype;         // PyTorch's result_type over the tensor and scalar arguments
+  Value rng_state;            // ui64[2] (seed, offset); only for rules marked uses_rng
+
+  Value tensor(size_t i) const;
+  const Type& type_of(size_t i) const { return graph.type(tensor(i)); }
+  bool is_none(size_t i) const { return i >= args.size() || args[i].kind == Arg::Kind::kNone; }
+  int64_t integer(size_t i) const;
+  double real(size_t i) const;  // kDouble or kInt, as double
+  bool boolean(size_t i) const { return integer(i) != 0; }
+  const std::vector<int64_t>& ints(size_t i) const;
+  const std::string& text(size_t i) const;
+};
+
+using LowerFn = std::vector<Value> (*)(LoweringContext& ctx);
+
+struct Rule {
+  const char* op;     // "aten::name.overload"
+  LowerFn lower;
+  bool uses_rng = false;
+  // The result replaces the first argument without reading it (fill_, copy_, uniform_, ...), so a write
+  // that covers the whole storage need not pass the old contents in.
+  bool overwrites_first_arg = false;
+};
+
+const Rule* find_rule(const std::string& op);
+std::vector<std::string> rule_names();
+
+// Each family file defines its rules and appends them here; table.cc calls every family once.
+void add_elementwise_rules(std::vector<Rule>& table);
+void add_reduction_rules(std::vector<Rule>& table);
+void add_linalg_rules(std::vector<Rule>& table);
+void add_nn_rules(std::vector<Rule>& table);
+void add_random_rules(std::vector<Rule>& table);
+void add_factory_rules(std::vector<Rule>& table);
+
+}  // namespace torchtpu::lowering

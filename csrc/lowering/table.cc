@@ -1,0 +1,73 @@
+#include <stdexcept>
+#include <unordered_map>
+
+#include "lowering/rule.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+const std::unordered_map<std::string, Rule>& table() {
+  static const std::unordered_map<std::string, Rule> rules = [] {
+    std::vector<Rule> all;
+    add_elementwise_rules(all);
+    add_reduction_rules(all);
+    add_linalg_rules(all);
+    add_nn_rules(all);
+    add_random_rules(all);
+    add_factory_rules(all);
+    std::unordered_map<std::string, Rule> by_name;
+    for (const Rule& rule : all) {
+      if (!by_name.emplace(rule.op, rule).second) throw std::logic_error(std::string("duplicate rule ") + rule.op);
+    }
+    return by_name;
+  }();
+  return rules;
+}
+
+}  // namespace
+
+Value LoweringContext::tensor(size_t i) const {
+  if (i >= args.size() || args[i].kind != Arg::Kind::kTensor) {
+    throw std::invalid_argument("argument " + std::to_string(i) + " is not a tensor");
+  }
+  return args[i].tensor;
+}
+
+int64_t LoweringContext::integer(size_t i) const {
+  const Arg& a = args.at(i);
+  if (a.kind == Arg::Kind::kInt || a.kind == Arg::Kind::kBool) return a.integer;
+  if (a.kind == Arg::Kind::kDouble) return static_cast<int64_t>(a.real);
+  throw std::invalid_argument("argument " + std::to_string(i) + " is not an integer");
+}
+
+double LoweringContext::real(size_t i) const {
+  const Arg& a = args.at(i);
+  if (a.kind == Arg::Kind::kDouble) return a.real;
+  if (a.kind == Arg::Kind::kInt || a.kind == Arg::Kind::kBool) return static_cast<double>(a.integer);
+  throw std::invalid_argument("argument " + std::to_string(i) + " is not a number");
+}
+
+const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
+  const Arg& a = args.at(i);
+  if (a.kind != Arg::Kind::kIntList) throw std::invalid_argument("argument " + std::to_string(i) + " is not an int list");
+  return a.ints;
+}
+
+const std::string& LoweringContext::text(size_t i) const {
+  const Arg& a = args.at(i);
+  if (a.kind != Arg::Kind::kString) throw std::invalid_argument("argument " + std::to_string(i) + " is not a string");
+  return a.text;
+}
+
+const Rule* find_rule(const std::string& op) {
+  auto it = table().find(op);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> rule_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : table()) names.push_back(entry.first);
+  return names;
+}
+
+}  // namespace torchtpu::lowering

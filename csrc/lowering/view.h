@@ -1,0 +1,32 @@
+// Reading and writing strided views of a flat storage inside a program.
+//
+// A storage is one flat buffer; a tensor is (dtype, sizes, strides, offset) over it, counted in elements of
+// the tensor's dtype. Reads turn the view into a dense value with slice/reshape/transpose/broadcast where
+// the strides allow and a gather otherwise; writes scatter into the flat storage so every alias sees them.
+#pragma once
+
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace torchtpu::lowering {
+
+struct ViewGeometry {
+  DType dtype;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+
+  int64_t numel() const;
+  bool is_contiguous() const;
+};
+
+// True when the view is the whole storage, dense and in order: a write may then simply replace the buffer.
+bool covers_storage(const ViewGeometry& view, DType storage_dtype, int64_t storage_numel);
+
+// `flat` is the storage: a 1-d value of the storage's dtype.
+ir::Value read_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view);
+// Returns the new flat storage, in the view's dtype, with `value` (of the view's sizes) written through it.
+ir::Value write_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value value);
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,95 @@
+// The torchtpu._C module: glue between Python and the C++ core, nothing more. Importing it registers
+// the tpu kernels, hooks, guard and allocator (static initializers in aten/).
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "aten/generator.h"
+#include "aten/metrics.h"
+#include "aten/registrations.h"
+#include "lowering/rule.h"
+#include "runtime/buffer.h"
+#include "runtime/plugin.h"
+
+namespace py = pybind11;
+using namespace torchtpu;
+
+namespace {
+
+// PJRT errors reach Python as RuntimeError with the plugin's message.
+template <typename Fn>
+auto translate(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+py::dict metrics() {
+  const aten::MetricsSnapshot snapshot = aten::metrics_snapshot();
+  py::dict ops;
+  for (const auto& [op, counters] : snapshot.ops) {
+    py::dict entry;
+    for (const auto& [name, value] : counters) entry[py::str(name)] = value;
+    ops[py::str(op)] = entry;
+  }
+  py::dict transfers;
+  transfers["to_device"] = snapshot.transfers_to_device;
+  transfers["bytes_to_device"] = snapshot.bytes_to_device;
+  transfers["to_host"] = snapshot.transfers_to_host;
+  transfers["bytes_to_host"] = snapshot.bytes_to_host;
+  py::dict out;
+  out["ops"] = ops;
+  out["transfers"] = transfers;
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchtpu C++ core";
+  m.def("_set_plugin_candidates", &runtime::set_plugin_candidates);
+  m.def("_plugin_info", [] {
+    return translate([] {
+      const runtime::PluginInfo& info = runtime::plugin_info();
+      py::dict d;
+      d["path"] = info.path;
+      d["platform"] = info.platform;
+      d["api_version"] = py::make_tuple(info.api_major, info.api_minor);
+      return d;
+    });
+  });
+  m.def("_plugin_loaded", &runtime::plugin_loaded);
+  m.def("_device_count", [] { return translate([] { return runtime::device_count(); }); });
+  m.def("_current_device", [] {
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
+  });
+  m.def("_set_device", [](int device) {
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
+        ->setDevice(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
+  });
+  m.def("_synchronize", [](int device) {
+    py::gil_scoped_release no_gil;
+    translate([device] { runtime::synchronize(device); });
+  });
+  m.def("_memory_stats", [](int device) {
+    const runtime::MemoryStats stats = runtime::memory_stats(device);
+    return py::make_tuple(stats.allocated, stats.peak_allocated);
+  });
+  m.def("_reset_peak_memory", &runtime::reset_peak_memory);
+  m.def("_default_generator", [](int device) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(aten::default_generator(static_cast<c10::DeviceIndex>(device))));
+  });
+  m.def("_metrics", &metrics);
+  m.def("_reset_metrics", &aten::reset_metrics);
+  m.def("_lowered_ops", [] {
+    std::vector<std::string> names;
+    for (const char* op : aten::lowered_ops()) names.emplace_back(op);
+    return names;
+  });
+  m.def("_rule_names", &lowering::rule_names);
+}

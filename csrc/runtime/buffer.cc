@@ -1,0 +1,173 @@
+#include "runtime/buffer.h"
+
+#include <array>
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/error.h"
+#include "runtime/pjrt_api.h"
+
+namespace torchtpu::runtime {
+namespace {
+
+PJRT_Buffer_Type to_pjrt(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return PJRT_Buffer_Type_PRED;
+    case DType::kI8: return PJRT_Buffer_Type_S8;
+    case DType::kI16: return PJRT_Buffer_Type_S16;
+    case DType::kI32: return PJRT_Buffer_Type_S32;
+    case DType::kI64: return PJRT_Buffer_Type_S64;
+    case DType::kU8: return PJRT_Buffer_Type_U8;
+    case DType::kU32: return PJRT_Buffer_Type_U32;
+    case DType::kU64: return PJRT_Buffer_Type_U64;
+    case DType::kF16: return PJRT_Buffer_Type_F16;
+    case DType::kBF16: return PJRT_Buffer_Type_BF16;
+    case DType::kF32: return PJRT_Buffer_Type_F32;
+    case DType::kF64: return PJRT_Buffer_Type_F64;
+  }
+  return PJRT_Buffer_Type_INVALID;
+}
+
+struct DeviceState {
+  MemoryStats stats;
+  std::weak_ptr<Buffer> latest;
+};
+
+std::mutex& stats_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<int, DeviceState>& device_states() {
+  static std::unordered_map<int, DeviceState> states;
+  return states;
+}
+
+void account(int device, int64_t delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  MemoryStats& stats = device_states()[device].stats;
+  stats.allocated += delta;
+  if (stats.allocated > stats.peak_allocated) stats.peak_allocated = stats.allocated;
+}
+
+struct HostRelease {
+  const PJRT_Api* api;
+  PJRT_Event* event;
+  std::function<void()> release;
+};
+
+void on_host_buffer_done(PJRT_Error* error, void* user_arg) {
+  auto* pending = static_cast<HostRelease*>(user_arg);
+  if (error != nullptr) {
+    PJRT_Error_Destroy_Args destroy{};
+    destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.error = error;
+    pending->api->PJRT_Error_Destroy(&destroy);
+  }
+  if (pending->release) pending->release();
+  destroy_event(pending->api, pending->event);
+  delete pending;
+}
+
+}  // namespace
+
+Buffer::Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device)
+    : pjrt_buffer_(pjrt_buffer), dtype_(dtype), dims_(std::move(dims)), device_(device) {
+  account(device_, static_cast<int64_t>(nbytes()));
+}
+
+Buffer::~Buffer() {
+  account(device_, -static_cast<int64_t>(nbytes()));
+  const PJRT_Api* api = plugin().api;
+  PJRT_Buffer_Destroy_Args args{};
+  args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+  args.buffer = static_cast<PJRT_Buffer*>(pjrt_buffer_);
+  PJRT_Error* error = api->PJRT_Buffer_Destroy(&args);
+  if (error != nullptr) {
+    // A destructor must not throw; a failed free only leaks.
+    PJRT_Error_Destroy_Args destroy{};
+    destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.error = error;
+    api->PJRT_Error_Destroy(&destroy);
+  }
+}
+
+int64_t Buffer::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device,
+                 std::function<void()> release_host) {
+  const Plugin& p = plugin();
+  PJRT_Client_BufferFromHostBuffer_Args args{};
+  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  args.client = p.client;
+  args.data = data;
+  args.type = to_pjrt(dtype);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  args.device = p.devices.at(static_cast<size_t>(device));
+  check(p.api, p.api->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer");
+  auto buffer = std::make_shared<Buffer>(args.buffer, dtype, dims, device);
+  auto* pending = new HostRelease{p.api, args.done_with_host_buffer, std::move(release_host)};
+  PJRT_Event_OnReady_Args on_ready{};
+  on_ready.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE;
+  on_ready.event = args.done_with_host_buffer;
+  on_ready.callback = &on_host_buffer_done;
+  on_ready.user_arg = pending;
+  PJRT_Error* error = p.api->PJRT_Event_OnReady(&on_ready);
+  if (error != nullptr) {
+    // Could not register the callback: wait here instead so the host memory is released safely.
+    await_event(p.api, pending->event, "host transfer");
+    if (pending->release) pending->release();
+    delete pending;
+    check(p.api, error, "PJRT_Event_OnReady");
+  }
+  return buffer;
+}
+
+void download(const Buffer& buffer, void* dst) {
+  const Plugin& p = plugin();
+  PJRT_Buffer_ToHostBuffer_Args args{};
+  args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+  args.src = static_cast<PJRT_Buffer*>(buffer.pjrt());
+  args.dst = dst;
+  args.dst_size = buffer.nbytes();
+  check(p.api, p.api->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
+  await_event(p.api, args.event, "device-to-host transfer");
+}
+
+void note_latest(const BufferPtr& buffer) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  device_states()[buffer->device()].latest = buffer;
+}
+
+void synchronize(int device) {
+  BufferPtr latest;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex());
+    latest = device_states()[device].latest.lock();
+  }
+  if (!latest) return;
+  const Plugin& p = plugin();
+  PJRT_Buffer_ReadyEvent_Args args{};
+  args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  args.buffer = static_cast<PJRT_Buffer*>(latest->pjrt());
+  check(p.api, p.api->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent");
+  await_event(p.api, args.event, "synchronize");
+}
+
+MemoryStats memory_stats(int device) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  return device_states()[device].stats;
+}
+
+void reset_peak_memory(int device) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  MemoryStats& stats = device_states()[device].stats;
+  stats.peak_allocated = stats.allocated;
+}
+
+}  // namespace torchtpu::runtime

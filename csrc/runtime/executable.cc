@@ -1,0 +1,83 @@
+#include "runtime/executable.h"
+
+#include "runtime/compile_options.h"
+#include "runtime/error.h"
+#include "runtime/pjrt_api.h"
+
+namespace torchtpu::runtime {
+
+Executable::Executable(void* loaded_executable, std::vector<ArrayType> output_types)
+    : loaded_executable_(loaded_executable), output_types_(std::move(output_types)) {}
+
+Executable::~Executable() {
+  const PJRT_Api* api = plugin().api;
+  PJRT_LoadedExecutable_Destroy_Args args{};
+  args.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE;
+  args.executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
+  PJRT_Error* error = api->PJRT_LoadedExecutable_Destroy(&args);
+  if (error != nullptr) {
+    PJRT_Error_Destroy_Args destroy{};
+    destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.error = error;
+    api->PJRT_Error_Destroy(&destroy);
+  }
+}
+
+std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& arguments) const {
+  const Plugin& p = plugin();
+  std::vector<PJRT_Buffer*> inputs;
+  inputs.reserve(arguments.size());
+  for (const Buffer* argument : arguments) {
+    if (argument->device() != device) {
+      throw PjrtError(3, "argument buffer lives on device " + std::to_string(argument->device()) +
+                             " but the execution targets device " + std::to_string(device));
+    }
+    inputs.push_back(static_cast<PJRT_Buffer*>(argument->pjrt()));
+  }
+  std::vector<PJRT_Buffer*> outputs(output_types_.size(), nullptr);
+  PJRT_Buffer* const* argument_list = inputs.data();
+  PJRT_Buffer** output_list = outputs.data();
+
+  PJRT_ExecuteOptions options{};
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  PJRT_LoadedExecutable_Execute_Args args{};
+  args.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+  args.executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
+  args.options = &options;
+  args.argument_lists = &argument_list;
+  args.num_devices = 1;
+  args.num_args = inputs.size();
+  args.output_lists = &output_list;
+  args.execute_device = p.devices.at(static_cast<size_t>(device));
+  check(p.api, p.api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
+
+  std::vector<BufferPtr> results;
+  results.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    results.push_back(std::make_shared<Buffer>(outputs[i], output_types_[i].dtype, output_types_[i].dims, device));
+  }
+  if (!results.empty()) note_latest(results.back());
+  return results;
+}
+
+std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<ArrayType> output_types) {
+  const Plugin& p = plugin();
+  static const char kFormat[] = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = const_cast<char*>(stablehlo.data());
+  program.code_size = stablehlo.size();
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  const std::string options = compile_options_proto(/*portable=*/true);
+  PJRT_Client_Compile_Args args{};
+  args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
+  args.client = p.client;
+  args.program = &program;
+  args.compile_options = options.data();
+  args.compile_options_size = options.size();
+  check(p.api, p.api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
+  return std::make_unique<Executable>(args.executable, std::move(output_types));
+}
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,31 @@
+// Runtime-internal access to the loaded plugin. Only files in runtime/ include this header,
+// so no PJRT type leaks into the rest of the code base.
+#pragma once
+
+#include <pjrt_c_api.h>
+
+#include <vector>
+
+namespace torchtpu::runtime {
+
+// The plugin's API table and client. Valid for the life of the process once loaded.
+struct Plugin {
+  const PJRT_Api* api = nullptr;
+  PJRT_Client* client = nullptr;
+  std::vector<PJRT_Device*> devices;  // addressable devices, index = torch device index
+};
+
+// Loads the plugin on first use (throws PjrtError when none can be loaded).
+const Plugin& plugin();
+
+// Turns a PJRT error into PjrtError (carrying the plugin's message and code) and frees it.
+// A null error is success.
+void check(const PJRT_Api* api, PJRT_Error* error, const char* what);
+
+// Destroys an event; the event must not be used afterwards.
+void destroy_event(const PJRT_Api* api, PJRT_Event* event);
+
+// Blocks until `event` is ready, destroys it, and throws if it carries an error.
+void await_event(const PJRT_Api* api, PJRT_Event* event, const char* what);
+
+}  // namespace torchtpu::runtime

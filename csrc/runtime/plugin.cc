@@ -1,0 +1,196 @@
+#include "runtime/plugin.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "runtime/error.h"
+#include "runtime/pjrt_api.h"
+
+namespace torchtpu::runtime {
+namespace {
+
+constexpr const char* kInstallHint =
+    "Install a PJRT plugin: `pip install xla-cpu-pjrt==0.0.1` (CPU), libtpu on a Cloud TPU VM, "
+    "or point TORCHTPU_PJRT_PLUGIN at a plugin .so file.";
+
+std::mutex& state_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::string>& candidates() {
+  static std::vector<std::string> paths;
+  return paths;
+}
+// Set once under state_mutex(); never freed (the plugin lives as long as the process).
+Plugin* g_plugin = nullptr;
+PluginInfo* g_info = nullptr;
+
+int requested_cpu_device_count() {
+  const char* env = std::getenv("TORCHTPU_NUM_DEVICES");
+  if (env == nullptr || *env == '\0') return 1;
+  char* end = nullptr;
+  long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 4096) {
+    throw PjrtError(3, std::string("TORCHTPU_NUM_DEVICES must be a positive integer, got '") + env + "'");
+  }
+  return static_cast<int>(n);
+}
+
+const PJRT_Api* open_api(const std::string& path) {
+  // RTLD_LOCAL keeps the plugin's own copies of LLVM/protobuf symbols away from torch's.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw PjrtError(5, "Could not load the PJRT plugin '" + path + "': " + (why ? why : "unknown error") +
+                           ". " + kInstallHint);
+  }
+  using GetPjrtApiFn = const PJRT_Api* (*)();
+  auto get_api = reinterpret_cast<GetPjrtApiFn>(dlsym(handle, "GetPjrtApi"));
+  if (get_api == nullptr) {
+    throw PjrtError(5, "'" + path + "' is not a PJRT plugin (it has no GetPjrtApi symbol). " + kInstallHint);
+  }
+  const PJRT_Api* api = get_api();
+  if (api == nullptr) throw PjrtError(13, "GetPjrtApi in '" + path + "' returned null");
+  return api;
+}
+
+void check_version(const PJRT_Api* api, const std::string& path) {
+  const int major = api->pjrt_api_version.major_version;
+  const int minor = api->pjrt_api_version.minor_version;
+  // We call functions up to PJRT_Client_TopologyDescription's neighbours; the table must reach them and
+  // the major version must match ours (minor versions only add fields).
+  if (major != PJRT_API_MAJOR || api->struct_size < PJRT_Api_STRUCT_SIZE || minor < 40) {
+    throw PjrtError(9, "The PJRT plugin '" + path + "' speaks PJRT C API " + std::to_string(major) + "." +
+                           std::to_string(minor) + " but torchtpu needs " + std::to_string(PJRT_API_MAJOR) +
+                           ".40 or newer (built against " + std::to_string(PJRT_API_MAJOR) + "." +
+                           std::to_string(PJRT_API_MINOR) + "). " + kInstallHint);
+  }
+}
+
+PJRT_Client* create_client(const PJRT_Api* api, const std::string& platform_hint) {
+  PJRT_Plugin_Initialize_Args init{};
+  init.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE;
+  check(api, api->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
+
+  std::vector<PJRT_NamedValue> options;
+  static const char kCpuDeviceCount[] = "cpu_device_count";
+  PJRT_NamedValue device_count{};
+  if (platform_hint == "cpu") {
+    device_count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    device_count.name = kCpuDeviceCount;
+    device_count.name_size = sizeof(kCpuDeviceCount) - 1;
+    device_count.type = PJRT_NamedValue_kInt64;
+    device_count.int64_value = requested_cpu_device_count();
+    device_count.value_size = 1;
+    options.push_back(device_count);
+  }
+  PJRT_Client_Create_Args args{};
+  args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  args.create_options = options.data();
+  args.num_options = options.size();
+  check(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
+  return args.client;
+}
+
+std::string platform_name(const PJRT_Api* api, PJRT_Client* client) {
+  PJRT_Client_PlatformName_Args args{};
+  args.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
+  args.client = client;
+  check(api, api->PJRT_Client_PlatformName(&args), "PJRT_Client_PlatformName");
+  return std::string(args.platform_name, args.platform_name_size);
+}
+
+std::vector<PJRT_Device*> addressable_devices(const PJRT_Api* api, PJRT_Client* client) {
+  PJRT_Client_AddressableDevices_Args args{};
+  args.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+  args.client = client;
+  check(api, api->PJRT_Client_AddressableDevices(&args), "PJRT_Client_AddressableDevices");
+  return {args.addressable_devices, args.addressable_devices + args.num_addressable_devices};
+}
+
+std::string resolve_plugin_path() {
+  const char* env = std::getenv("TORCHTPU_PJRT_PLUGIN");
+  if (env != nullptr && *env != '\0') return env;
+  if (candidates().empty()) {
+    throw PjrtError(5, std::string("No PJRT plugin found. ") + kInstallHint);
+  }
+  return candidates().front();
+}
+
+void load_locked() {
+  const std::string path = resolve_plugin_path();
+  const PJRT_Api* api = open_api(path);
+  check_version(api, path);
+  // The CPU plugin is the only one that takes a device count; recognise it by file name before the
+  // client exists, since the count must be given at creation.
+  const bool looks_cpu = path.find("cpu") != std::string::npos;
+  PJRT_Client* client = create_client(api, looks_cpu ? "cpu" : "");
+  auto* loaded = new Plugin{api, client, addressable_devices(api, client)};
+  if (loaded->devices.empty()) throw PjrtError(5, "The PJRT plugin '" + path + "' reports no devices");
+  g_info = new PluginInfo{path, platform_name(api, client), api->pjrt_api_version.major_version,
+                          api->pjrt_api_version.minor_version};
+  g_plugin = loaded;
+}
+
+}  // namespace
+
+void check(const PJRT_Api* api, PJRT_Error* error, const char* what) {
+  if (error == nullptr) return;
+  PJRT_Error_Message_Args message{};
+  message.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;
+  message.error = error;
+  api->PJRT_Error_Message(&message);
+  std::string text(message.message, message.message_size);
+  PJRT_Error_GetCode_Args code{};
+  code.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE;
+  code.error = error;
+  api->PJRT_Error_GetCode(&code);
+  PJRT_Error_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+  destroy.error = error;
+  api->PJRT_Error_Destroy(&destroy);
+  throw PjrtError(static_cast<int>(code.code), std::string(what) + " failed: " + text);
+}
+
+void destroy_event(const PJRT_Api* api, PJRT_Event* event) {
+  PJRT_Event_Destroy_Args args{};
+  args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
+  args.event = event;
+  api->PJRT_Event_Destroy(&args);
+}
+
+void await_event(const PJRT_Api* api, PJRT_Event* event, const char* what) {
+  PJRT_Event_Await_Args args{};
+  args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+  args.event = event;
+  PJRT_Error* error = api->PJRT_Event_Await(&args);
+  destroy_event(api, event);
+  check(api, error, what);
+}
+
+const Plugin& plugin() {
+  // Fast path without the lock: g_plugin is written once, before any reader can see it non-null.
+  if (Plugin* loaded = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) return *loaded;
+  std::lock_guard<std::mutex> lock(state_mutex());
+  if (g_plugin == nullptr) load_locked();  // a failure leaves g_plugin null so a later call retries
+  return *g_plugin;
+}
+
+void set_plugin_candidates(std::vector<std::string> paths) {
+  std::lock_guard<std::mutex> lock(state_mutex());
+  candidates() = std::move(paths);
+}
+
+const PluginInfo& plugin_info() {
+  plugin();
+  return *g_info;
+}
+
+bool plugin_loaded() { return __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE) != nullptr; }
+
+int device_count() { return static_cast<int>(plugin().devices.size()); }
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,27 @@
+"""torchtpu: Google TPUs (and any PJRT device) as the PyTorch device ``tpu``.
+
+``import torchtpu`` renames PyTorch's PrivateUse1 backend to ``tpu``, registers ``torch.tpu`` and the
+``Tensor.tpu()`` / ``Module.tpu()`` conveniences. Kernels, the device guard, hooks, allocator and
+generator are registered by the C++ extension ``torchtpu._C`` when it loads.
+"""
+import torch
+
+from torchtpu import _C, _plugin, _printing
+
+_C._set_plugin_candidates(_plugin.candidates())
+torch.utils.rename_privateuse1_backend("tpu")
+
+from torchtpu import device_module  # noqa: E402  (needs the backend name)
+
+torch._register_device_module("tpu", device_module)
+torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+_printing.install()
+
+from torchtpu.metrics import metrics, reset_metrics  # noqa: E402
+
+__all__ = ["metrics", "reset_metrics", "plugin_info"]
+
+
+def plugin_info() -> dict:
+    """Path, platform and PJRT API version of the loaded plugin (loads it if needed)."""
+    return _C._plugin_info()

@@ -1,0 +1,19 @@
+"""Counters of what the tpu device did: compiles, cache hits, executions and CPU fallbacks per op,
+and host<->device transfers."""
+from __future__ import annotations
+
+from torchtpu import _C
+
+
+def metrics() -> dict:
+    """``{"ops": {op: {"compiles", "cache_hits", "executions", "fallbacks"}}, "transfers": {...}}``."""
+    return _C._metrics()
+
+
+def reset_metrics() -> None:
+    _C._reset_metrics()
+
+
+def fallback_ops() -> dict[str, int]:
+    """Ops that ran through the CPU fallback, with their counts."""
+    return {op: c["fallbacks"] for op, c in metrics()["ops"].items() if c["fallbacks"]}
