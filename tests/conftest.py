@@ -1,0 +1,11 @@
+import pytest
+import torch
+
+import torchtpu  # noqa: F401  (registers the tpu device)
+
+
+@pytest.fixture
+def metrics():
+    """torchtpu.metrics() counted from the start of the test."""
+    torchtpu.reset_metrics()
+    return torchtpu.metrics

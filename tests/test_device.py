@@ -1,0 +1,353 @@
+"""The ``torch.tpu`` device module, ``torch.accelerator``, the tensor/module conveniences and pinned memory."""
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import torchtpu
+
+TPU = torch.device("tpu", 0)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+
+def to_tpu_and_back(cpu: torch.Tensor) -> torch.Tensor:
+    """Round-trips ``cpu`` through the device and checks the result is on tpu on the way."""
+    on_device = cpu.to("tpu")
+    assert on_device.device.type == "tpu"
+    return on_device.cpu()
+
+
+def assert_on_tpu_equal(actual: torch.Tensor, expected_cpu: torch.Tensor, index: int = 0) -> None:
+    assert actual.device == torch.device("tpu", index)
+    torch.testing.assert_close(actual.cpu(), expected_cpu)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
+    full_env = dict(os.environ)
+    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(torchtpu.__file__)))
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (python_dir, full_env.get("PYTHONPATH")) if p)
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def assert_subprocess_ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+def random_draws(seed_fn, n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Calls ``seed_fn`` then draws torch.rand and torch.randn on tpu; returns host copies."""
+    seed_fn()
+    return torch.rand(n, device="tpu").cpu(), torch.randn(n, device="tpu").cpu()
+
+
+def live_bytes_of(fn) -> int:
+    """memory_allocated() delta while the tensor built by ``fn`` is alive."""
+    gc.collect()
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    tensor = fn()
+    torch.tpu.synchronize()
+    grown = torch.tpu.memory_allocated() - before
+    del tensor
+    return grown
+
+
+# ---- availability and current device -------------------------------------------------------------------
+
+def test_is_available_and_device_count():
+    assert torch.tpu.is_available() is True
+    assert isinstance(torch.tpu.device_count(), int)
+    assert torch.tpu.device_count() >= 1
+    assert torch.tpu.is_initialized() in (True, False)
+
+
+def test_current_and_set_device():
+    assert torch.tpu.current_device() == 0
+    torch.tpu.set_device(0)
+    assert torch.tpu.current_device() == 0
+    torch.tpu.set_device("tpu:0")
+    assert torch.tpu.current_device() == 0
+    torch.tpu.set_device(torch.device("tpu", 0))
+    assert torch.tpu.current_device() == 0
+    assert torch.ones(1, device="tpu").device == TPU
+
+
+def test_device_context_manager():
+    with torch.tpu.device(0):
+        assert torch.tpu.current_device() == 0
+        assert torch.zeros(2, device="tpu").device == TPU
+    with torch.tpu.device("tpu:0"):
+        assert torch.tpu.current_device() == 0
+    assert torch.tpu.current_device() == 0
+
+
+def test_device_context_manager_restores_on_exception():
+    with pytest.raises(ValueError):
+        with torch.tpu.device(0):
+            raise ValueError("boom")
+    assert torch.tpu.current_device() == 0
+
+
+def test_synchronize():
+    x = torch.arange(16.0, device="tpu") * 3
+    torch.tpu.synchronize()
+    torch.tpu.synchronize(0)
+    torch.tpu.synchronize("tpu:0")
+    torch.tpu.synchronize(torch.device("tpu", 0))
+    torch.testing.assert_close(x.cpu(), torch.arange(16.0) * 3)
+
+
+# ---- random -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seeder", [torch.tpu.manual_seed, torch.tpu.manual_seed_all, torch.manual_seed],
+                         ids=["tpu.manual_seed", "tpu.manual_seed_all", "torch.manual_seed"])
+def test_seed_reproduces_rand_and_randn(seeder):
+    rand_a, randn_a = random_draws(lambda: seeder(1234))
+    rand_b, randn_b = random_draws(lambda: seeder(1234))
+    torch.testing.assert_close(rand_a, rand_b, rtol=0, atol=0)
+    torch.testing.assert_close(randn_a, randn_b, rtol=0, atol=0)
+    assert ((rand_a >= 0) & (rand_a < 1)).all()
+    rand_c, randn_c = random_draws(lambda: seeder(4321))
+    assert not torch.equal(rand_a, rand_c)
+    assert not torch.equal(randn_a, randn_c)
+
+
+def test_torch_manual_seed_seeds_tpu_generator():
+    torch.manual_seed(77)
+    assert torch.tpu.initial_seed() == 77
+
+
+def test_initial_seed_and_seed():
+    torch.tpu.manual_seed(42)
+    assert torch.tpu.initial_seed() == 42
+    torch.tpu.seed()
+    fresh = torch.tpu.initial_seed()
+    assert isinstance(fresh, int)
+    # Reseeding with the fresh value reproduces the stream seed() started.
+    torch.tpu.manual_seed(fresh)
+    first = torch.rand(4, device="tpu").cpu()
+    torch.tpu.manual_seed(fresh)
+    torch.testing.assert_close(torch.rand(4, device="tpu").cpu(), first, rtol=0, atol=0)
+
+
+def test_get_and_set_rng_state_restores_sequence():
+    torch.tpu.manual_seed(9)
+    torch.rand(3, device="tpu")  # advance a little first
+    state = torch.tpu.get_rng_state()
+    assert isinstance(state, torch.Tensor)
+    assert state.dtype == torch.uint8
+    assert state.device.type == "cpu"
+    expected = [torch.rand(5, device="tpu").cpu(), torch.randn(5, device="tpu").cpu()]
+    torch.tpu.set_rng_state(state)
+    actual = [torch.rand(5, device="tpu").cpu(), torch.randn(5, device="tpu").cpu()]
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    # get_rng_state returns a snapshot: later draws do not change it.
+    snapshot = state.clone()
+    torch.rand(5, device="tpu")
+    assert torch.equal(state, snapshot)
+    assert not torch.equal(torch.tpu.get_rng_state(), snapshot)
+
+
+def test_get_rng_state_all_roundtrip():
+    states = torch.tpu.get_rng_state_all()
+    assert len(states) == torch.tpu.device_count()
+    expected = torch.rand(6, device="tpu").cpu()
+    torch.tpu.set_rng_state_all(states)
+    torch.testing.assert_close(torch.rand(6, device="tpu").cpu(), expected, rtol=0, atol=0)
+
+
+def test_get_amp_supported_dtype():
+    dtypes = torch.tpu.get_amp_supported_dtype()
+    assert torch.bfloat16 in dtypes
+    assert all(isinstance(d, torch.dtype) for d in dtypes)
+
+
+# ---- memory -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,numel", [(torch.float32, 1000), (torch.int64, 333), (torch.bfloat16, 2048)])
+def test_memory_allocated_tracks_written_tensor(dtype, numel):
+    gc.collect()
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    t = torch.ones(numel, dtype=dtype, device="tpu")
+    torch.tpu.synchronize()
+    expected = numel * t.element_size()
+    assert torch.tpu.memory_allocated() - before == expected
+    assert torch.tpu.memory_allocated(0) - before == expected
+    assert torch.tpu.memory_allocated("tpu:0") - before == expected
+    del t
+    gc.collect()
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() == before
+
+
+def test_memory_allocated_of_cpu_copy():
+    assert live_bytes_of(lambda: torch.arange(500, dtype=torch.float32).to("tpu")) == 500 * 4
+
+
+def test_max_memory_allocated_and_reset_peak():
+    gc.collect()
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    assert torch.tpu.max_memory_allocated() == base
+    big = torch.ones(25_000, device="tpu")
+    torch.tpu.synchronize()
+    peak = torch.tpu.max_memory_allocated()
+    assert peak >= base + 100_000
+    del big
+    gc.collect()
+    assert torch.tpu.memory_allocated() == base
+    assert torch.tpu.max_memory_allocated() == peak  # the peak survives the free
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == torch.tpu.memory_allocated() == base
+
+
+def test_memory_stats_dict():
+    stats = torch.tpu.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
+    assert stats["allocated_bytes.all.peak"] == torch.tpu.max_memory_allocated()
+
+
+def test_mem_get_info():
+    info = torch.tpu.mem_get_info()
+    assert isinstance(info, tuple) and len(info) == 2
+    free, total = info
+    assert isinstance(free, int) and isinstance(total, int)
+    assert 0 < free <= total
+    assert torch.tpu.mem_get_info(0)[1] == total
+    assert torch.tpu.mem_get_info("tpu:0")[1] == total
+
+
+def test_empty_cache():
+    t = torch.ones(10, device="tpu")
+    assert torch.tpu.empty_cache() is None
+    torch.testing.assert_close(t.cpu(), torch.ones(10))
+
+
+# ---- torch.accelerator --------------------------------------------------------------------------------
+
+def test_torch_accelerator():
+    assert torch.accelerator.is_available()
+    acc = torch.accelerator.current_accelerator()
+    assert acc == torch.device("tpu")
+    assert acc.type == "tpu"
+    assert torch.accelerator.device_count() == torch.tpu.device_count()
+    assert torch.accelerator.current_device_index() == 0
+    x = torch.arange(8.0, device="tpu") + 1
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(0)
+    torch.testing.assert_close(x.cpu(), torch.arange(8.0) + 1)
+
+
+def test_torch_accelerator_set_device_index():
+    torch.accelerator.set_device_index(0)
+    assert torch.accelerator.current_device_index() == 0
+    assert torch.tpu.current_device() == 0
+
+
+# ---- Tensor.tpu / Module.tpu / is_tpu -----------------------------------------------------------------
+
+def test_tensor_tpu_and_is_tpu():
+    cpu = torch.arange(6.0).view(2, 3)
+    assert cpu.is_tpu is False
+    t = cpu.tpu()
+    assert t.is_tpu is True
+    assert_on_tpu_equal(t, cpu)
+    assert_on_tpu_equal(cpu.tpu(0), cpu)
+    assert t.tpu() is t  # already there: no copy
+    torch.testing.assert_close(to_tpu_and_back(cpu), cpu)
+
+
+def test_module_tpu():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    model.load_state_dict(ref.state_dict())
+    returned = model.tpu()
+    assert returned is model
+    for p in model.parameters():
+        assert p.is_tpu
+        assert p.device == TPU
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(model(x.tpu()).cpu(), ref(x))
+
+
+# ---- pinned memory ------------------------------------------------------------------------------------
+
+def test_pin_memory():
+    cpu = torch.arange(12.0).view(3, 4)
+    assert not cpu.is_pinned()
+    pinned = cpu.pin_memory()
+    assert pinned.is_pinned()
+    assert pinned.device.type == "cpu"
+    torch.testing.assert_close(pinned, cpu)
+    for non_blocking in (False, True):
+        t = pinned.to("tpu", non_blocking=non_blocking)
+        assert_on_tpu_equal(t, cpu)
+
+
+def test_dataloader_pin_memory():
+    features = torch.arange(40.0).view(10, 4)
+    labels = torch.arange(10)
+    loader = DataLoader(TensorDataset(features, labels), batch_size=3, pin_memory=True)
+    seen = 0
+    for xb, yb in loader:
+        assert xb.is_pinned() and yb.is_pinned()
+        x_tpu = xb.to("tpu", non_blocking=True)
+        y_tpu = yb.to("tpu", non_blocking=True)
+        assert_on_tpu_equal(x_tpu, features[seen:seen + len(xb)])
+        assert_on_tpu_equal(y_tpu, labels[seen:seen + len(yb)])
+        torch.testing.assert_close((x_tpu * 2 + y_tpu[:, None]).cpu(), xb * 2 + yb[:, None])
+        seen += len(xb)
+    assert seen == 10
+
+
+# ---- several devices ----------------------------------------------------------------------------------
+
+def test_two_devices_in_subprocess():
+    result = run_python("""
+        import torch, torchtpu
+        assert torch.tpu.device_count() == 2, torch.tpu.device_count()
+        assert torch.accelerator.device_count() == 2
+
+        a = torch.arange(6.0, device="tpu:1").view(2, 3)
+        assert a.device == torch.device("tpu", 1), a.device
+        b = a * 2 + 1
+        assert b.device == torch.device("tpu", 1), b.device
+        torch.testing.assert_close(b.cpu(), torch.arange(6.0).view(2, 3) * 2 + 1)
+        torch.testing.assert_close((a @ a.t()).cpu(), torch.arange(6.0).view(2, 3) @ torch.arange(6.0).view(2, 3).t())
+
+        on0 = b.to("tpu:0")
+        assert on0.device == torch.device("tpu", 0), on0.device
+        torch.testing.assert_close(on0.cpu(), b.cpu())
+        back = (on0 - 1).to("tpu:1")
+        assert back.device == torch.device("tpu", 1), back.device
+        torch.testing.assert_close(back.cpu(), torch.arange(6.0).view(2, 3) * 2)
+
+        torch.tpu.set_device(1)
+        assert torch.tpu.current_device() == 1
+        assert torch.ones(1, device="tpu").device == torch.device("tpu", 1)
+        with torch.tpu.device(0):
+            assert torch.tpu.current_device() == 0
+            assert torch.ones(1, device="tpu").device == torch.device("tpu", 0)
+        assert torch.tpu.current_device() == 1
+        torch.tpu.synchronize(1)
+
+        x1 = torch.ones(250, device="tpu:1")
+        torch.tpu.synchronize(1)
+        assert torch.tpu.memory_allocated(1) >= 1000
+        print("OK")
+        """, TORCHTPU_NUM_DEVICES="2")
+    assert_subprocess_ok(result)
+    assert result.stdout.strip().endswith("OK")

@@ -1,0 +1,225 @@
+"""Each lowered op against CPU PyTorch: values, dtypes, broadcasting, type promotion, Python scalars,
+in-place and out= variants. Tolerances: exact for integer/bool results, rtol=1.3e-6/atol=1e-5 for float32
+(torch.testing defaults), bf16 at torch's bf16 defaults."""
+import pytest
+import torch
+
+from torch.testing import assert_close
+
+
+def tpu(t):
+    return t.to("tpu")
+
+
+def check(fn, *cpu_args, **kwargs):
+    """Runs fn on CPU tensors and on their tpu copies; compares values and dtypes."""
+    expected = fn(*cpu_args)
+    actual = fn(*[tpu(a) if isinstance(a, torch.Tensor) else a for a in cpu_args])
+    if isinstance(expected, tuple):
+        for e, a in zip(expected, actual):
+            assert a.device.type == "tpu"
+            assert_close(a.cpu(), e, **kwargs)
+    else:
+        assert actual.device.type == "tpu"
+        assert_close(actual.cpu(), expected, **kwargs)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(shape).to(dtype)
+
+
+BINARY = [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.minimum, torch.pow]
+UNARY = [torch.neg, torch.abs, torch.exp, torch.tanh, torch.sigmoid, torch.relu, torch.sin, torch.cos,
+         torch.reciprocal]
+COMPARE = [torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge]
+
+
+@pytest.mark.parametrize("op", BINARY, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (5,))])
+def test_binary_broadcasting(op, shapes):
+    a, b = randn(*shapes[0]), randn(*shapes[1])
+    if op is torch.pow:
+        a = a.abs() + 0.5
+    check(op, a, b)
+
+
+@pytest.mark.parametrize("op", UNARY, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_unary(op, dtype):
+    check(op, randn(4, 5, dtype=dtype))
+
+
+@pytest.mark.parametrize("op", [torch.log, torch.sqrt, torch.rsqrt], ids=lambda f: f.__name__)
+def test_unary_positive_domain(op):
+    check(op, torch.rand(4, 5) + 0.1)
+
+
+@pytest.mark.parametrize("op", COMPARE, ids=lambda f: f.__name__)
+def test_comparisons(op):
+    a = torch.randint(0, 3, (4, 5)).float()
+    b = torch.randint(0, 3, (5,)).float()
+    check(op, a, b)
+    check(lambda x: op(x, 1), a)
+
+
+@pytest.mark.parametrize(
+    "a_dtype,b_dtype",
+    [(torch.int64, torch.float32), (torch.int32, torch.int64), (torch.bool, torch.int32),
+     (torch.bfloat16, torch.float32), (torch.uint8, torch.int8), (torch.float16, torch.bfloat16)],
+)
+def test_type_promotion(a_dtype, b_dtype):
+    a = (torch.randn(3, 4) * 4).to(a_dtype)
+    b = (torch.randn(3, 4) * 4).to(b_dtype)
+    check(torch.add, a, b)
+    check(torch.mul, a, b)
+
+
+@pytest.mark.parametrize("scalar", [2, 2.5, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_python_scalars(scalar, dtype):
+    a = (torch.randn(3, 4) * 4).to(dtype)
+    check(lambda x: x + scalar, a)
+    check(lambda x: x * scalar, a)
+    if not isinstance(scalar, bool):  # CPU forbids `-` with bools too
+        check(lambda x: scalar - x, a)
+
+
+def test_integer_division_is_true_division():
+    a = torch.tensor([7, -7, 3])
+    b = torch.tensor([2, 2, 3])
+    check(torch.div, a, b)
+    check(lambda x, y: torch.div(x, y, rounding_mode="floor"), a.float(), b.float())
+    check(lambda x, y: torch.div(x, y, rounding_mode="trunc"), a.float(), b.float())
+
+
+def test_where_and_clamp():
+    a, b = randn(4, 5), randn(4, 5)
+    check(lambda c, x, y: torch.where(c, x, y), a > 0, a, b)
+    check(lambda x: x.clamp(-0.5, 0.5), a)
+    check(lambda x: x.clamp(min=0.1), a)
+    check(lambda x: x.clamp(max=0.1), a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_reductions(dtype):
+    x = (torch.randn(3, 4, 5) * 3).to(dtype)
+    check(lambda t: t.sum(), x)
+    check(lambda t: t.sum(dim=1), x)
+    check(lambda t: t.sum(dim=(0, 2), keepdim=True), x)
+    check(lambda t: t.max(), x)
+    check(lambda t: t.min(), x)
+    check(lambda t: t.amax(dim=-1), x)
+    check(lambda t: t.argmax(), x)
+    check(lambda t: t.argmax(dim=1, keepdim=True), x)
+    check(lambda t: t.argmin(dim=0), x)
+    check(lambda t: t.max(dim=2), x)
+    check(lambda t: t.min(dim=0, keepdim=True), x)
+    if dtype.is_floating_point:
+        check(lambda t: t.mean(), x)
+        check(lambda t: t.mean(dim=[0, 1]), x)
+
+
+def test_bf16_sum_accumulates_in_float32():
+    x = torch.full((4096,), 1.0, dtype=torch.bfloat16)
+    assert x.to("tpu").sum().item() == x.sum().item() == 4096
+
+
+def test_argmax_prefers_first_and_nan():
+    x = torch.tensor([[1.0, 3.0, 3.0], [float("nan"), 2.0, float("nan")]])
+    check(lambda t: t.argmax(dim=1), x)
+    check(lambda t: t.max(dim=1), x, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmuls(dtype):
+    check(torch.mm, randn(5, 7, dtype=dtype), randn(7, 3, dtype=dtype))
+    check(torch.bmm, randn(2, 5, 7, dtype=dtype), randn(2, 7, 3, dtype=dtype))
+    check(torch.matmul, randn(4, 2, 5, 7, dtype=dtype), randn(7, 3, dtype=dtype))
+    check(lambda b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0), randn(3, dtype=dtype), randn(5, 7, dtype=dtype),
+          randn(7, 3, dtype=dtype))
+    check(lambda x, y: x @ y.t(), randn(5, 7, dtype=dtype), randn(3, 7, dtype=dtype))
+
+
+def test_mse_loss_and_backward():
+    for reduction in ("mean", "sum", "none"):
+        a, b = randn(4, 3), randn(4, 3)
+        check(lambda x, y: torch.nn.functional.mse_loss(x, y, reduction=reduction), a, b)
+        x_cpu = a.clone().requires_grad_()
+        x_tpu = tpu(a).requires_grad_()
+        for x, y in ((x_cpu, b), (x_tpu, tpu(b))):
+            torch.nn.functional.mse_loss(x, y, reduction=reduction).sum().backward()
+        assert_close(x_tpu.grad.cpu(), x_cpu.grad)
+
+
+@pytest.mark.parametrize("activation", [torch.relu, torch.tanh, torch.sigmoid], ids=lambda f: f.__name__)
+def test_activation_backward(activation):
+    a = randn(4, 6)
+    x_cpu, x_tpu = a.clone().requires_grad_(), tpu(a).requires_grad_()
+    for x in (x_cpu, x_tpu):
+        (activation(x) * 3).sum().backward()
+    assert_close(x_tpu.grad.cpu(), x_cpu.grad)
+
+
+def test_inplace_and_out_variants():
+    a, b = randn(3, 4), randn(3, 4)
+    x = tpu(a)
+    x.add_(tpu(b), alpha=2).mul_(3).clamp_(-1, 1)
+    assert_close(x.cpu(), (a + 2 * b).mul(3).clamp(-1, 1))
+    out = torch.empty(0, device="tpu")
+    torch.add(tpu(a), tpu(b), out=out)
+    assert out.shape == (3, 4)
+    assert_close(out.cpu(), a + b)
+    values = torch.empty(0, device="tpu")
+    indices = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.max(tpu(a), dim=1, out=(values, indices))
+    expected = a.max(dim=1)
+    assert_close(values.cpu(), expected.values)
+    assert_close(indices.cpu(), expected.indices)
+
+
+def test_factories():
+    for make in (torch.zeros, torch.ones):
+        check(lambda _: make(2, 3, device=_.device), torch.empty(0))
+    assert_close(torch.full((2, 2), 7.5, device="tpu").cpu(), torch.full((2, 2), 7.5))
+    assert_close(torch.arange(10, device="tpu").cpu(), torch.arange(10))
+    assert_close(torch.arange(1.0, 2.0, 0.25, device="tpu").cpu(), torch.arange(1.0, 2.0, 0.25))
+    assert torch.empty(3, 4, device="tpu").shape == (3, 4)
+    assert torch.zeros(2, dtype=torch.int32, device="tpu").dtype == torch.int32
+
+
+def test_random_is_seeded_and_distributed():
+    torch.manual_seed(123)
+    a = torch.rand(1000, device="tpu")
+    b = torch.randn(1000, device="tpu")
+    torch.manual_seed(123)
+    assert torch.equal(a.cpu(), torch.rand(1000, device="tpu").cpu())
+    assert torch.equal(b.cpu(), torch.randn(1000, device="tpu").cpu())
+    assert 0 <= a.min().item() and a.max().item() < 1
+    assert abs(a.mean().item() - 0.5) < 0.05
+    assert abs(b.mean().item()) < 0.1 and abs((b * b).mean().sqrt().item() - 1) < 0.1
+    assert not torch.equal(torch.rand(8, device="tpu").cpu(), torch.rand(8, device="tpu").cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8,
+                                   torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_copy_round_trip_and_dtype_conversion(dtype):
+    x = (torch.randn(3, 5) * 5).to(dtype)
+    assert torch.equal(tpu(x).cpu(), x)
+    assert_close(tpu(x).to(torch.float32).cpu(), x.to(torch.float32))
+    assert_close(tpu(x.float()).to(dtype).cpu(), x.float().to(dtype))
+
+
+def test_printing_and_item():
+    x = torch.tensor([1.5, 2.0, -3.0], device="tpu")
+    assert repr(x) == "tensor([ 1.5000,  2.0000, -3.0000], device='tpu:0')"
+    assert x[1].item() == 2.0
+    assert "grad_fn" in repr(x.requires_grad_() * 2)
+
+
+def test_program_cache(metrics):
+    a, b = tpu(randn(8, 8)), tpu(randn(8, 8))
+    for _ in range(5):
+        a + b
+    counts = metrics()["ops"]["aten::add.Tensor"]
+    assert counts["compiles"] <= 1 and counts["executions"] == 5
+    assert counts["cache_hits"] >= 4
