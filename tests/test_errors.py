@@ -1,0 +1,325 @@
+"""Bad input raises a clear Python exception, and the device stays usable afterwards."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import torchtpu
+
+SAME_DEVICE_MESSAGE = "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!"
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def survivor():
+    """A tpu tensor made before the error; ``assert_usable`` checks it afterwards."""
+    cpu = torch.arange(6.0).view(2, 3)
+    return cpu.to("tpu"), cpu
+
+
+def assert_usable(survivor) -> None:
+    """The tensor made before the error still has its values, and new ops (compiled or cached) work."""
+    tpu, cpu = survivor
+    assert tpu.device == torch.device("tpu", 0)
+    torch.testing.assert_close(tpu.cpu(), cpu)
+    torch.testing.assert_close((tpu * 2 + 1).cpu(), cpu * 2 + 1)
+    torch.testing.assert_close((tpu @ tpu.t()).cpu(), cpu @ cpu.t())
+    fresh = torch.full((4,), 3.0, device="tpu")
+    torch.testing.assert_close(fresh.sum().cpu(), torch.tensor(12.0))
+    torch.tpu.synchronize()
+
+
+def capture(fn):
+    """The exception ``fn()`` raises (fails the test if it raises none)."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    pytest.fail(f"{fn} raised no exception")
+
+
+def assert_same_error_as_cpu(make_and_run, normalize=lambda message: message):
+    """``make_and_run(device)`` must raise on tpu the same exception type and message as on cpu."""
+    cpu_error = capture(lambda: make_and_run("cpu"))
+    tpu_error = capture(lambda: make_and_run("tpu"))
+    assert type(tpu_error) is type(cpu_error), f"tpu raised {type(tpu_error).__name__}: {tpu_error}"
+    assert normalize(str(tpu_error)) == normalize(str(cpu_error))
+    return tpu_error
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
+    full_env = dict(os.environ)
+    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(torchtpu.__file__)))
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (python_dir, full_env.get("PYTHONPATH")) if p)
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def assert_subprocess_ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.stdout.strip().endswith("OK"), result.stdout
+
+
+# Code shared by the subprocess tests: the same usability check as ``assert_usable``.
+SUBPROCESS_USABLE = """
+import torch
+
+
+def assert_usable():
+    cpu = torch.arange(6.0).view(2, 3)
+    tpu = cpu.to("tpu")
+    torch.testing.assert_close((tpu * 2 + 1).cpu(), cpu * 2 + 1)
+    torch.testing.assert_close((tpu @ tpu.t()).cpu(), cpu @ cpu.t())
+"""
+
+
+# ---- shapes -------------------------------------------------------------------------------------------
+
+def test_add_shape_mismatch_same_message_as_cpu(survivor):
+    error = assert_same_error_as_cpu(lambda d: torch.ones(3, device=d) + torch.ones(4, device=d))
+    assert isinstance(error, RuntimeError)
+    assert_usable(survivor)
+
+
+def test_add_shape_mismatch_2d_same_message_as_cpu(survivor):
+    assert_same_error_as_cpu(lambda d: torch.ones(2, 3, device=d).add(torch.ones(3, 2, device=d)))
+    assert_usable(survivor)
+
+
+def test_mm_wrong_inner_dims(survivor):
+    a, b = torch.ones(2, 3, device="tpu"), torch.ones(4, 2, device="tpu")
+    with pytest.raises(RuntimeError) as info:
+        torch.mm(a, b)
+    message = str(info.value)
+    # Whatever the wording, the message must show both shapes.
+    assert re.search(r"2\D{1,3}3", message) and re.search(r"4\D{1,3}2", message), message
+    with pytest.raises(RuntimeError):
+        a @ b
+    assert_usable(survivor)
+
+
+# ---- devices ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", [
+    lambda t, c: t + c,
+    lambda t, c: c + t,
+    lambda t, c: torch.mul(t, c),
+    lambda t, c: t.add_(c),
+    lambda t, c: torch.mm(t.view(1, 3), c.view(3, 1)),
+], ids=["tpu+cpu", "cpu+tpu", "mul", "add_", "mm"])
+def test_tpu_with_cpu_tensor(survivor, op):
+    tpu, cpu = torch.ones(3, device="tpu"), torch.ones(3)
+    with pytest.raises(RuntimeError) as info:
+        op(tpu, cpu)
+    assert SAME_DEVICE_MESSAGE in str(info.value)
+    torch.testing.assert_close(tpu.cpu(), torch.ones(3))  # a failed in-place op leaves its input alone
+    assert_usable(survivor)
+
+
+def test_tpu_with_cpu_scalar_tensor_is_allowed(survivor):
+    result = torch.arange(3.0, device="tpu") + torch.tensor(2.0)
+    assert result.device.type == "tpu"
+    torch.testing.assert_close(result.cpu(), torch.arange(3.0) + 2)
+    assert_usable(survivor)
+
+
+@pytest.mark.parametrize("index", [10, -4, 3])
+def test_index_out_of_range(survivor, index):
+    error = assert_same_error_as_cpu(lambda d: torch.arange(3.0, device=d)[index])
+    assert isinstance(error, IndexError)
+    assert_usable(survivor)
+
+
+def test_index_out_of_range_2d(survivor):
+    error = assert_same_error_as_cpu(lambda d: torch.ones(2, 3, device=d)[:, 5])
+    assert isinstance(error, IndexError)
+    assert_usable(survivor)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(2, device="tpu:7"),
+    lambda: torch.empty(2, device="tpu:7"),
+    lambda: torch.ones(2).to("tpu:7"),
+    lambda: torch.ones(2, device="tpu").to("tpu:7"),
+], ids=["ones", "empty", "cpu_to", "tpu_to"])
+def test_device_index_out_of_range(survivor, make):
+    with pytest.raises(RuntimeError) as info:
+        make()
+    assert re.search(r"\b7\b", str(info.value)), str(info.value)
+    assert_usable(survivor)
+
+
+def test_set_device_out_of_range(survivor):
+    with pytest.raises(RuntimeError) as info:
+        torch.tpu.set_device(7)
+    assert re.search(r"\b7\b", str(info.value)), str(info.value)
+    assert torch.tpu.current_device() == 0
+    assert_usable(survivor)
+
+
+# ---- dtypes -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(2, dtype=torch.complex64, device="tpu"),
+    lambda: torch.ones(2, dtype=torch.complex64).to("tpu"),
+    lambda: torch.ones(2, device="tpu").to(torch.complex64),
+], ids=["factory", "cpu_to", "cast"])
+def test_unsupported_dtype(survivor, make):
+    with pytest.raises((TypeError, RuntimeError)) as info:
+        make()
+    message = str(info.value)
+    assert re.search(r"complex", message, re.IGNORECASE), message
+    assert "tpu" in message, message
+    assert_usable(survivor)
+
+
+@pytest.mark.parametrize("other", [
+    lambda d: torch.full((3,), 1.5, device=d),
+    lambda d: 1.5,
+], ids=["float_tensor", "float_scalar"])
+def test_inplace_dtype_error_same_as_cpu(survivor, other):
+    ints = {}
+
+    def run(device):
+        ints[device] = torch.ones(3, dtype=torch.int64, device=device)
+        ints[device].add_(other(device))
+
+    error = assert_same_error_as_cpu(run)
+    assert isinstance(error, RuntimeError)
+    torch.testing.assert_close(ints["tpu"].cpu(), torch.ones(3, dtype=torch.int64))
+    assert_usable(survivor)
+
+
+# ---- autograd -----------------------------------------------------------------------------------------
+
+def _type_name_free(message: str) -> str:
+    """Removes the tensor type name, which names the device: [torch.FloatTensor [3]] vs [tpuFloatType [3]]."""
+    return re.sub(r"\[\S+ \[", "[<type> [", message)
+
+
+def test_autograd_inplace_misuse_same_as_cpu(survivor):
+    def run(device):
+        x = torch.ones(3, device=device, requires_grad=True)
+        y = x.sigmoid()
+        y.mul_(2)
+        y.sum().backward()
+
+    error = assert_same_error_as_cpu(run, normalize=_type_name_free)
+    assert isinstance(error, RuntimeError)
+    assert "modified by an inplace operation" in str(error)
+    assert_usable(survivor)
+    # Autograd itself still works on tpu afterwards.
+    x = torch.ones(3, device="tpu", requires_grad=True)
+    x.sigmoid().sum().backward()
+    s = torch.sigmoid(torch.tensor(1.0))
+    torch.testing.assert_close(x.grad.cpu(), torch.full((3,), float(s * (1 - s))))
+
+
+# ---- plugin -------------------------------------------------------------------------------------------
+
+def test_missing_plugin():
+    result = run_python("""
+        import torch, torchtpu
+        assert torch.tpu.is_available() is False
+        assert torch.tpu.device_count() == 0
+        for attempt in range(2):  # a second try fails the same way instead of crashing
+            try:
+                torch.ones(2, device="tpu")
+            except RuntimeError as e:
+                message = str(e)
+            else:
+                raise AssertionError("creating a tpu tensor without a plugin succeeded")
+            lowered = message.lower()
+            assert "plugin" in lowered and "install" in lowered, message
+            assert "/nonexistent/plugin.so" in message, message
+        try:
+            torch.arange(3.0).to("tpu")
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("copying to tpu without a plugin succeeded")
+        torch.testing.assert_close(torch.arange(3.0) * 2, torch.tensor([0.0, 2.0, 4.0]))  # CPU torch is fine
+        print("OK")
+        """, TORCHTPU_PJRT_PLUGIN="/nonexistent/plugin.so")
+    assert_subprocess_ok(result)
+
+
+# ---- CPU fallback -------------------------------------------------------------------------------------
+
+def test_fallback_error_mode():
+    result = run_python(SUBPROCESS_USABLE + """
+import torch, torchtpu
+x = torch.arange(1.0, 5.0, device="tpu")
+try:
+    torch.cumsum(x, 0)
+except NotImplementedError as e:
+    message = str(e)
+else:
+    raise AssertionError("cumsum ran although TORCHTPU_FALLBACK=error")
+assert "cumsum" in message, message
+assert "TORCHTPU_FALLBACK" in message, message
+torch.testing.assert_close(x.cpu(), torch.arange(1.0, 5.0))
+assert_usable()
+print("OK")
+""", TORCHTPU_FALLBACK="error")
+    assert_subprocess_ok(result)
+
+
+def test_default_fallback_warns_once_and_counts():
+    # A fresh process: the warn-once set is per process and other tests may have used the op already.
+    result = run_python(SUBPROCESS_USABLE + """
+import re
+import warnings
+import torch, torchtpu
+torchtpu.reset_metrics()
+x = torch.arange(1.0, 5.0, device="tpu")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first = torch.cumsum(x, 0)
+    second = torch.cumsum(x * 2, 0)
+messages = [str(w.message) for w in caught if "cumsum" in str(w.message)]
+assert len(messages) == 1, messages
+op = re.search(r"operator '([^']+)'", messages[0]).group(1)
+assert op.startswith("aten::cumsum"), op
+assert first.device.type == "tpu" and second.device.type == "tpu"
+torch.testing.assert_close(first.cpu(), torch.cumsum(torch.arange(1.0, 5.0), 0))
+torch.testing.assert_close(second.cpu(), torch.cumsum(torch.arange(1.0, 5.0) * 2, 0))
+counters = torchtpu.metrics()["ops"][op]
+assert counters["fallbacks"] == 2, counters
+from torchtpu.metrics import fallback_ops
+assert fallback_ops()[op] == 2, fallback_ops()
+assert_usable()
+print("OK")
+""")
+    assert_subprocess_ok(result)
+
+
+def fallback_counts(prefix: str) -> int:
+    return sum(c["fallbacks"] for op, c in torchtpu.metrics()["ops"].items() if op.startswith(prefix))
+
+
+def test_default_fallback_in_process(survivor):
+    torchtpu.reset_metrics()
+    cpu = torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = torch.cumsum(cpu.to("tpu"), 1)
+        result_dim0 = torch.cumsum(cpu.to("tpu"), 0)
+    assert result.device.type == "tpu"
+    torch.testing.assert_close(result.cpu(), torch.cumsum(cpu, 1))
+    torch.testing.assert_close(result_dim0.cpu(), torch.cumsum(cpu, 0))
+    assert fallback_counts("aten::cumsum") == 2, torchtpu.metrics()["ops"]
+    # Lowered ops do not count as fallbacks.
+    torch.ones(3, device="tpu").add(1).cpu()
+    assert fallback_counts("aten::add") == 0
+    assert_usable(survivor)
