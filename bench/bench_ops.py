@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -26,14 +27,17 @@ import torch
 try:
     import torchtpu
 except ImportError:
-    # Not pip-installed (e.g. a fresh checkout where only the extension was built): use the source tree.
+    # Not pip-installed (a checkout where only the extension was built): use the source tree.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
     import torchtpu
+from torchtpu.metrics import fallback_ops
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 ROUNDS = 10  # cpu and tpu alternate this many times within each benchmark
 
-Step = Callable[[], None]
+# One timed iteration. Returns its result so the timer can keep it alive through the sync
+# (see time_iters).
+Step = Callable[[], torch.Tensor]
 
 
 @dataclass
@@ -57,8 +61,8 @@ def make_add(device: torch.device) -> Step:
     a = torch.randn(16, device=device)
     b = torch.randn(16, device=device)
 
-    def step() -> None:
-        torch.add(a, b)
+    def step() -> torch.Tensor:
+        return torch.add(a, b)
 
     return step
 
@@ -67,8 +71,8 @@ def make_matmul(device: torch.device) -> Step:
     a = torch.randn(256, 256, device=device)
     b = torch.randn(256, 256, device=device)
 
-    def step() -> None:
-        torch.mm(a, b)
+    def step() -> torch.Tensor:
+        return torch.mm(a, b)
 
     return step
 
@@ -82,11 +86,12 @@ def make_mlp_step(device: torch.device) -> Step:
     x = torch.randn(32, 64).to(device)
     y = torch.randn(32, 10).to(device)
 
-    def step() -> None:
+    def step() -> torch.Tensor:
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
+        return loss
 
     return step
 
@@ -103,16 +108,17 @@ def compiles() -> int:
 
 
 def warm_up(step: Step, sync: Callable[[], None], iters: int) -> float:
-    """Runs ``1 + iters`` untimed-for-the-median iterations; returns the first one's latency in µs."""
+    """Runs ``1 + iters`` iterations that are not sampled; returns the first one's latency in µs."""
     t0 = time.perf_counter_ns()
-    step()
+    out = step()
     sync()
     first_call_ns = time.perf_counter_ns() - t0
     # More than one warm-up call: the optimizer's momentum buffers are created on the first step, so
     # the second step runs (and compiles) different programs from the first.
     for _ in range(iters):
-        step()
-    sync()
+        out = step()
+    sync()  # waits for the last result, which `out` keeps alive (see time_iters)
+    del out
     return first_call_ns / 1e3
 
 
@@ -121,7 +127,10 @@ def time_iters(step: Step, sync: Callable[[], None], n: int) -> list[float]:
     samples_ns = []
     for _ in range(n):
         t0 = time.perf_counter_ns()
-        step()
+        # Keep the result alive through the sync: torch.tpu.synchronize() waits on the device's most
+        # recent result buffer only while that buffer exists, so syncing after a discarded result
+        # returns at once and would time the enqueue alone.
+        out = step()  # noqa: F841
         sync()
         samples_ns.append(time.perf_counter_ns() - t0)
     return [ns / 1e3 for ns in samples_ns]
@@ -165,7 +174,7 @@ def measure(bench: Benchmark, warmup: int) -> tuple[Timing, Timing]:
 def run(benchmarks: list[Benchmark], warmup: int) -> list[dict]:
     results = []
     for i, bench in enumerate(benchmarks, 1):
-        print(f"[{i}/{len(benchmarks)}] {bench.name} ({bench.reps} reps per device) ...", flush=True)
+        print(f"[{i}/{len(benchmarks)}] {bench.name}: {bench.reps} reps per device ...", flush=True)
         cpu_t, tpu_t = measure(bench, warmup)
         results.append(
             {
@@ -177,7 +186,7 @@ def run(benchmarks: list[Benchmark], warmup: int) -> list[dict]:
             }
         )
         if tpu_t.timed_compiles:
-            print(f"  warning: {tpu_t.timed_compiles} tpu compiles inside the timed loop; raise warmup")
+            print(f"  warning: {tpu_t.timed_compiles} tpu compiles in the timed loop; raise warmup")
     return results
 
 
@@ -230,7 +239,9 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="10x fewer repetitions (smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="10x fewer repetitions and fewer warm-ups (smoke run)"
+    )
     args = parser.parse_args()
 
     scale = 10 if args.quick else 1
@@ -241,10 +252,17 @@ def main() -> None:
         Benchmark("mlp train step", make_mlp_step, 1000 // scale),
     ]
 
+    # Other processes compete with both torch's and the PJRT plugin's threads; keep the load average
+    # from before the run (during it, it counts this process too) so a contended run shows.
+    load = os.getloadavg()[0]
     start = time.perf_counter()
     results = run(benchmarks, warmup)
     elapsed = time.perf_counter() - start
     print_table(results)
+    # An op that fell back to CPU would make the tpu numbers measure something else.
+    fallbacks = fallback_ops()
+    if fallbacks:
+        print(f"warning: tpu ops that ran through the CPU fallback: {fallbacks}")
 
     RESULTS_DIR.mkdir(exist_ok=True)
     report = {
@@ -252,13 +270,17 @@ def main() -> None:
             "torch": torch.__version__,
             "python": platform.python_version(),
             "machine": platform.machine(),
-            "cpu_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "loadavg_1min_before": load,
             "plugin": torchtpu.plugin_info(),
             "quick": args.quick,
             "warmup_iters": warmup,
-            "timing": "per-iteration perf_counter_ns; torch.tpu.synchronize() ends every tpu iteration;"
+            "timing": "per-iteration perf_counter_ns; torch.tpu.synchronize() ends each tpu"
+            " iteration, its result held alive until then;"
             f" cpu and tpu alternate in {ROUNDS} rounds",
             "wall_s": elapsed,
+            "tpu_cpu_fallbacks": fallbacks,
         },
         "results": results,
     }
@@ -266,7 +288,9 @@ def main() -> None:
     json_path.write_text(json.dumps(report, indent=1) + "\n")
     png_path = RESULTS_DIR / "bench_ops.png"
     plot(results, png_path)
-    print(f"\nwrote {json_path} and {png_path} ({elapsed:.1f} s of benchmarking)")
+    print(f"\n{elapsed:.1f} s of benchmarking; 1-min load average before it: {load:.2f}"
+          f" on {os.cpu_count()} cpus")
+    print(f"wrote {json_path} and {png_path}")
 
 
 if __name__ == "__main__":

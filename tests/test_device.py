@@ -68,7 +68,7 @@ def test_is_available_and_device_count():
     assert torch.tpu.is_available() is True
     assert isinstance(torch.tpu.device_count(), int)
     assert torch.tpu.device_count() >= 1
-    assert torch.tpu.is_initialized() in (True, False)
+    assert torch.tpu.is_initialized() is True  # is_available() loaded the plugin
 
 
 def test_current_and_set_device():

@@ -4,6 +4,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <cstdio>
@@ -248,6 +249,31 @@ c10::IValue to_meta(const c10::IValue& v) {
   return v;
 }
 
+// Reruns a failing op on zero-filled CPU stand-ins of its arguments and throws CPU's error, if CPU raises
+// one. Only reached on the error path.
+void rethrow_cpu_error(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
+  auto to_cpu = [](const at::Tensor& t) {
+    if (!t.defined() || t.device().is_cpu()) return t;
+    return at::zeros_like(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU)));
+  };
+  torch::jit::Stack cpu_stack;
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      cpu_stack.push_back(to_cpu(v.toTensor()));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList()) list.push_back(to_cpu(t));
+      cpu_stack.push_back(list);
+    } else if (v.isGenerator()) {
+      cpu_stack.push_back(c10::IValue());  // a tpu generator cannot drive a CPU kernel
+    } else {
+      cpu_stack.push_back(v);
+    }
+  }
+  op.callBoxed(&cpu_stack);  // throws CPU's error, which is what we want the user to see
+}
+
 lowering::Arg scalar_arg(const c10::Scalar& s) {
   Arg a;
   if (s.isFloatingPoint()) {
@@ -298,7 +324,14 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
   // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
   torch::jit::Stack meta_stack;
   for (size_t i = first; i < stack.size(); ++i) meta_stack.push_back(to_meta(stack[i]));
-  op.callBoxed(&meta_stack);
+  try {
+    op.callBoxed(&meta_stack);
+  } catch (...) {
+    // Some meta kernels (several are Python) word their errors differently from CPU's; the user should
+    // read CPU's message.
+    rethrow_cpu_error(op, stack, first);
+    throw;
+  }
   // The boxed call consumed the arguments; for in-place and out= ops the (resized) mutated meta arguments
   // come back as the returns.
   auto compiled = std::make_shared<CompiledOp>();
