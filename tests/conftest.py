@@ -1,5 +1,4 @@
 import pytest
-import torch
 
 import torchtpu  # noqa: F401  (registers the tpu device)
 

@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import torchtpu
+from helpers import run_python
 
 TPU = torch.device("tpu", 0)
 
@@ -29,15 +26,6 @@ def assert_on_tpu_equal(actual: torch.Tensor, expected_cpu: torch.Tensor, index:
     assert actual.device == torch.device("tpu", index)
     torch.testing.assert_close(actual.cpu(), expected_cpu)
 
-
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
-    full_env = dict(os.environ)
-    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(torchtpu.__file__)))
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (python_dir, full_env.get("PYTHONPATH")) if p)
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
-                          text=True, timeout=600)
 
 
 def assert_subprocess_ok(result: subprocess.CompletedProcess) -> None:

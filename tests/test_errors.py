@@ -1,17 +1,15 @@
 """Bad input raises a clear Python exception, and the device stays usable afterwards."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
-import textwrap
 import warnings
 
 import pytest
 import torch
 
 import torchtpu
+from helpers import run_python
 
 SAME_DEVICE_MESSAGE = "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!"
 
@@ -54,15 +52,6 @@ def assert_same_error_as_cpu(make_and_run, normalize=lambda message: message):
     assert normalize(str(tpu_error)) == normalize(str(cpu_error))
     return tpu_error
 
-
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
-    full_env = dict(os.environ)
-    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(torchtpu.__file__)))
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (python_dir, full_env.get("PYTHONPATH")) if p)
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
-                          text=True, timeout=600)
 
 
 def assert_subprocess_ok(result: subprocess.CompletedProcess) -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import torchtpu
+from torchtpu.demo import train
 
 
 def mlp():
@@ -13,18 +14,6 @@ def mlp():
         torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
         torch.nn.Linear(64, 32), torch.nn.Sigmoid(), torch.nn.Linear(32, 1),
     )
-
-
-def train(model, x, y, steps, momentum):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum)
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])

@@ -57,12 +57,7 @@ struct HostRelease {
 
 void on_host_buffer_done(PJRT_Error* error, void* user_arg) {
   auto* pending = static_cast<HostRelease*>(user_arg);
-  if (error != nullptr) {
-    PJRT_Error_Destroy_Args destroy{};
-    destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-    destroy.error = error;
-    pending->api->PJRT_Error_Destroy(&destroy);
-  }
+  destroy_error(pending->api, error);  // a failed transfer surfaces when the buffer is next used
   if (pending->release) pending->release();
   destroy_event(pending->api, pending->event);
   delete pending;
@@ -81,14 +76,8 @@ Buffer::~Buffer() {
   PJRT_Buffer_Destroy_Args args{};
   args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
   args.buffer = static_cast<PJRT_Buffer*>(pjrt_buffer_);
-  PJRT_Error* error = api->PJRT_Buffer_Destroy(&args);
-  if (error != nullptr) {
-    // A destructor must not throw; a failed free only leaks.
-    PJRT_Error_Destroy_Args destroy{};
-    destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-    destroy.error = error;
-    api->PJRT_Error_Destroy(&destroy);
-  }
+  // A destructor must not throw; a failed free only leaks.
+  destroy_error(api, api->PJRT_Buffer_Destroy(&args));
 }
 
 int64_t Buffer::numel() const {

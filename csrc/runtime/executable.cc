@@ -14,13 +14,7 @@ Executable::~Executable() {
   PJRT_LoadedExecutable_Destroy_Args args{};
   args.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE;
   args.executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
-  PJRT_Error* error = api->PJRT_LoadedExecutable_Destroy(&args);
-  if (error != nullptr) {
-    PJRT_Error_Destroy_Args destroy{};
-    destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-    destroy.error = error;
-    api->PJRT_Error_Destroy(&destroy);
-  }
+  destroy_error(api, api->PJRT_LoadedExecutable_Destroy(&args));  // a destructor must not throw
 }
 
 std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& arguments) const {

@@ -22,6 +22,9 @@ const Plugin& plugin();
 // A null error is success.
 void check(const PJRT_Api* api, PJRT_Error* error, const char* what);
 
+// Frees an error without reading it (destructors and callbacks, which must not throw). Null is fine.
+void destroy_error(const PJRT_Api* api, PJRT_Error* error);
+
 // Destroys an event; the event must not be used afterwards.
 void destroy_event(const PJRT_Api* api, PJRT_Event* event);
 

@@ -148,11 +148,16 @@ void check(const PJRT_Api* api, PJRT_Error* error, const char* what) {
   code.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE;
   code.error = error;
   api->PJRT_Error_GetCode(&code);
-  PJRT_Error_Destroy_Args destroy{};
-  destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-  destroy.error = error;
-  api->PJRT_Error_Destroy(&destroy);
+  destroy_error(api, error);
   throw PjrtError(static_cast<int>(code.code), std::string(what) + " failed: " + text);
+}
+
+void destroy_error(const PJRT_Api* api, PJRT_Error* error) {
+  if (error == nullptr) return;
+  PJRT_Error_Destroy_Args args{};
+  args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+  args.error = error;
+  api->PJRT_Error_Destroy(&args);
 }
 
 void destroy_event(const PJRT_Api* api, PJRT_Event* event) {

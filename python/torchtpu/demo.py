@@ -24,8 +24,9 @@ def make_problem(seed: int) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor
     return model, x, y
 
 
-def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> list[float]:
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, momentum: float = 0.9) -> list[float]:
+    """SGD on mse_loss; returns the loss of every step (each .item() is a sync point)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum)
     losses = []
     for _ in range(steps):
         optimizer.zero_grad()

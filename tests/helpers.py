@@ -1,0 +1,17 @@
+"""Helpers shared by the test files."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import torchtpu
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
+    full_env = dict(os.environ)
+    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(torchtpu.__file__)))
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (python_dir, full_env.get("PYTHONPATH")) if p)
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
+                          text=True, timeout=600)
