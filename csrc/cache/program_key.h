@@ -13,6 +13,7 @@ namespace torchtpu::cache {
 // call site, never an accident of this type.
 class ProgramKey {
  public:
+  ProgramKey() { words_.reserve(64); }  // a typical op's key fits; no regrowth on the hot path
   void add(int64_t word) {
     words_.push_back(word);
     hash_ = (hash_ ^ static_cast<uint64_t>(word)) * 0x100000001b3ULL;  // FNV-1a over words

@@ -30,7 +30,6 @@ PJRT_Buffer_Type to_pjrt(DType dtype) {
 
 struct DeviceState {
   MemoryStats stats;
-  std::weak_ptr<Buffer> latest;
 };
 
 std::mutex& stats_mutex() {
@@ -126,26 +125,6 @@ void download(const Buffer& buffer, void* dst) {
   args.dst_size = buffer.nbytes();
   check(p.api, p.api->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
   await_event(p.api, args.event, "device-to-host transfer");
-}
-
-void note_latest(const BufferPtr& buffer) {
-  std::lock_guard<std::mutex> lock(stats_mutex());
-  device_states()[buffer->device()].latest = buffer;
-}
-
-void synchronize(int device) {
-  BufferPtr latest;
-  {
-    std::lock_guard<std::mutex> lock(stats_mutex());
-    latest = device_states()[device].latest.lock();
-  }
-  if (!latest) return;
-  const Plugin& p = plugin();
-  PJRT_Buffer_ReadyEvent_Args args{};
-  args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
-  args.buffer = static_cast<PJRT_Buffer*>(latest->pjrt());
-  check(p.api, p.api->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent");
-  await_event(p.api, args.event, "synchronize");
 }
 
 MemoryStats memory_stats(int device) {

@@ -44,10 +44,8 @@ BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims
 // produced the buffer surface here.
 void download(const Buffer& buffer, void* dst);
 
-// Blocks until the most recent work queued on `device` has finished; rethrows its error, if any.
+// Blocks until every execution queued on `device` so far has finished; throws the first error among them.
 void synchronize(int device);
-// Records `buffer` as the latest result on its device, for synchronize().
-void note_latest(const BufferPtr& buffer);
 
 struct MemoryStats {
   int64_t allocated = 0;      // bytes in live buffers on the device

@@ -42,6 +42,8 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   args.num_devices = 1;
   args.num_args = inputs.size();
   args.output_lists = &output_list;
+  PJRT_Event* done = nullptr;
+  args.device_complete_events = &done;
   args.execute_device = p.devices.at(static_cast<size_t>(device));
   check(p.api, p.api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
 
@@ -50,7 +52,7 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   for (size_t i = 0; i < outputs.size(); ++i) {
     results.push_back(std::make_shared<Buffer>(outputs[i], output_types_[i].dtype, output_types_[i].dims, device));
   }
-  if (!results.empty()) note_latest(results.back());
+  track_execution(device, done);
   return results;
 }
 

@@ -31,4 +31,8 @@ void destroy_event(const PJRT_Api* api, PJRT_Event* event);
 // Blocks until `event` is ready, destroys it, and throws if it carries an error.
 void await_event(const PJRT_Api* api, PJRT_Event* event, const char* what);
 
+// Hands the completion event of one execution on `device` to the pending-work list that synchronize()
+// drains. Takes ownership of the event.
+void track_execution(int device, PJRT_Event* done);
+
 }  // namespace torchtpu::runtime

@@ -82,4 +82,17 @@ TEST_CASE("a bad program raises PjrtError with the plugin's message") {
   EXPECT(out[2] == 3);
 }
 
+TEST_CASE("synchronize waits for work whose results were already freed") {
+  float a[4] = {1, 2, 3, 4};
+  BufferPtr x = upload(a, DType::kF32, {4}, 0, nullptr);
+  auto exe = compile(kAddProgram, {{DType::kF32, {4}}});
+  for (int i = 0; i < 1000; ++i) exe->execute(0, {x.get(), x.get()});  // outputs dropped at once
+  synchronize(0);
+  synchronize(0);  // nothing pending: returns at once
+  auto outputs = exe->execute(0, {x.get(), x.get()});
+  float out[4] = {};
+  download(*outputs[0], out);
+  EXPECT(out[1] == 4);
+}
+
 int main() { return torchtpu::testing::run_all(); }
