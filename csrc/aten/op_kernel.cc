@@ -138,6 +138,27 @@ bool is_mutated(const OpState& state, size_t arg) {
 
 bool is_cpu_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
 
+bool is_tensor_list(const c10::IValue& v) { return v.isTensorList() || v.isOptionalTensorList(); }
+
+// Elements of a Tensor[] or Tensor?[] argument; a missing optional element is an undefined tensor.
+std::vector<at::Tensor> list_elements(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(t);
+  } else {
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) out.push_back(t.value_or(at::Tensor()));
+  }
+  return out;
+}
+
+// The same kind of list as `like`, holding `elements`.
+c10::IValue make_list(const c10::IValue& like, const std::vector<at::Tensor>& elements) {
+  if (like.isTensorList()) return c10::List<at::Tensor>(elements);
+  c10::List<std::optional<at::Tensor>> list;
+  for (const at::Tensor& t : elements) list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+  return list;
+}
+
 ViewGeometry geometry(const at::Tensor& t) {
   return ViewGeometry{to_dtype(t.scalar_type()), t.sizes().vec(), t.strides().vec(), t.storage_offset()};
 }
@@ -198,8 +219,8 @@ cache::ProgramKey make_key(const OpState& state, const torch::jit::Stack& stack,
     const c10::IValue& v = stack[i];
     if (v.isTensor()) {
       add_tensor_to_key(key, v.toTensor());
-    } else if (v.isTensorList()) {
-      const auto list = v.toTensorList();
+    } else if (is_tensor_list(v)) {
+      const std::vector<at::Tensor> list = list_elements(v);
       key.add(static_cast<int64_t>(list.size()));
       for (const at::Tensor& t : list) add_tensor_to_key(key, t);
     } else if (v.isNone()) {
@@ -234,17 +255,10 @@ at::Tensor to_meta(const at::Tensor& t) {
 
 c10::IValue to_meta(const c10::IValue& v) {
   if (v.isTensor()) return to_meta(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> list;
-    for (const at::Tensor& t : v.toTensorList()) list.push_back(to_meta(t));
-    return list;
-  }
-  if (v.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> list;
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-      list.push_back(t.has_value() ? std::optional<at::Tensor>(to_meta(*t)) : std::nullopt);
-    }
-    return list;
+  if (is_tensor_list(v)) {
+    std::vector<at::Tensor> elements = list_elements(v);
+    for (at::Tensor& t : elements) t = to_meta(t);
+    return make_list(v, elements);
   }
   return v;
 }
@@ -261,10 +275,10 @@ void rethrow_cpu_error(const c10::OperatorHandle& op, const torch::jit::Stack& s
     const c10::IValue& v = stack[i];
     if (v.isTensor()) {
       cpu_stack.push_back(to_cpu(v.toTensor()));
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : v.toTensorList()) list.push_back(to_cpu(t));
-      cpu_stack.push_back(list);
+    } else if (is_tensor_list(v)) {
+      std::vector<at::Tensor> elements = list_elements(v);
+      for (at::Tensor& t : elements) t = to_cpu(t);
+      cpu_stack.push_back(make_list(v, elements));
     } else if (v.isGenerator()) {
       cpu_stack.push_back(c10::IValue());  // a tpu generator cannot drive a CPU kernel
     } else {
@@ -371,10 +385,14 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
         a.kind = Arg::Kind::kTensor;
         a.tensor = read_tensor(g, t, *compiled, {i, -1});
       }
-    } else if (v.isTensorList()) {
+    } else if (is_tensor_list(v)) {
       a.kind = Arg::Kind::kTensorList;
       int element = 0;
-      for (const at::Tensor& t : v.toTensorList()) a.tensors.push_back(read_tensor(g, t, *compiled, {i, element++}));
+      for (const at::Tensor& t : list_elements(v)) {
+        // A missing optional element (e.g. an index slot in Tensor?[]) is an invalid Value.
+        a.tensors.push_back(t.defined() ? read_tensor(g, t, *compiled, {i, element}) : ir::Value{});
+        ++element;
+      }
     } else if (v.isScalar()) {
       a = scalar_arg(v.toScalar());
     } else if (v.isIntList()) {
@@ -444,7 +462,7 @@ const at::Tensor& param_tensor(const torch::jit::Stack& stack, size_t first, con
                                std::vector<at::Tensor>& scratch) {
   const c10::IValue& v = stack[first + source.arg];
   if (source.element < 0) return v.toTensor();
-  scratch.push_back(v.toTensorList().get(static_cast<size_t>(source.element)));
+  scratch.push_back(list_elements(v).at(static_cast<size_t>(source.element)));
   return scratch.back();
 }
 
@@ -535,12 +553,32 @@ c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::j
     const auto& argument = schema.arguments()[i - first];
     const bool written = argument.alias_info() && argument.alias_info()->isWrite();
     if (v.isTensor()) visit(v.toTensor(), !written);
-    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) visit(t, false);
+    else if (is_tensor_list(v)) {
+      for (const at::Tensor& t : list_elements(v)) {
+        if (!t.defined() || !t.device().is_cpu()) visit(t, false);  // CPU list elements are copied over
+      }
+    }
   }
   TORCH_CHECK(device.has_value(), schema.name(), ": expected a tpu tensor argument");
   TORCH_CHECK(!other.has_value(), "Expected all tensors to be on the same device, but found at least two devices, ",
               *device, " and ", *other, "!");
   return device->index();
+}
+
+// Index tensors in Tensor?[] / Tensor[] arguments may live on the CPU, as with CUDA: copy them over.
+void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex device) {
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (!is_tensor_list(stack[i])) continue;
+    std::vector<at::Tensor> elements = list_elements(stack[i]);
+    bool moved = false;
+    for (at::Tensor& t : elements) {
+      if (t.defined() && t.device().is_cpu()) {
+        t = t.to(c10::Device(c10::DeviceType::PrivateUse1, device));
+        moved = true;
+      }
+    }
+    if (moved) stack[i] = make_list(stack[i], elements);
+  }
 }
 
 void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -549,6 +587,7 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t first = stack->size() - op.schema().arguments().size();
   const c10::DeviceIndex device = common_device(op.schema(), *stack);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  move_list_tensors(*stack, first, device);
   try {
     const cache::ProgramKey key = make_key(state, *stack, first);
     std::shared_ptr<CompiledOp> compiled;

@@ -86,14 +86,23 @@ std::string join(const std::vector<int64_t>& values, const char* separator) {
 
 std::string bracket_list(const std::vector<int64_t>& values) { return "[" + join(values, ", ") + "]"; }
 
-std::string scalar_region(const char* op, DType dtype) {
-  const std::string t = to_mlir(Type{dtype, {}});
-  return std::string("({\n    ^bb0(%lhs: ") + t + ", %rhs: " + t + "):\n      %r = \"" + op +
-         "\"(%lhs, %rhs) : (" + t + ", " + t + ") -> " + t + "\n      \"stablehlo.return\"(%r) : (" + t +
-         ") -> ()\n    })";
+}  // namespace
+
+std::string region_text(const std::vector<std::pair<std::string, DType>>& arguments, const std::string& body) {
+  std::string out = "({\n    ^bb0(";
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (i) out += ", ";
+    out += arguments[i].first + ": " + to_mlir(Type{arguments[i].second, {}});
+  }
+  return out + "):\n" + body + "\n    })";
 }
 
-}  // namespace
+std::string scalar_region(const std::string& op, DType dtype) {
+  const std::string t = to_mlir(Type{dtype, {}});
+  return region_text({{"%lhs", dtype}, {"%rhs", dtype}},
+                     "      %r = \"" + op + "\"(%lhs, %rhs) : (" + t + ", " + t + ") -> " + t +
+                         "\n      \"stablehlo.return\"(%r) : (" + t + ") -> ()");
+}
 
 int64_t Type::numel() const {
   int64_t n = 1;
@@ -178,6 +187,23 @@ Value Graph::op(const std::string& name_, const std::vector<Value>& operands, co
   if (!attributes.empty()) text += " {" + attributes + "}";
   text += signature(operands, {result});
   return add_node(std::move(text), {result});
+}
+
+std::vector<Value> Graph::op_multi(const std::string& full_name, const std::vector<Value>& operands,
+                                   const std::vector<Type>& results, const std::string& attributes,
+                                   const std::string& region) {
+  std::string text = "\"" + full_name + "\"" + operand_list(operands);
+  if (!region.empty()) text += " " + region;
+  if (!attributes.empty()) text += " {" + attributes + "}";
+  text += signature(operands, results);
+  Value first = add_node(std::move(text), results, 0);
+  std::vector<Value> values;
+  for (size_t i = 0; i < results.size(); ++i) values.push_back(Value{first.id + static_cast<int>(i)});
+  return values;
+}
+
+Value Graph::chlo(const std::string& name, const std::vector<Value>& operands, const Type& result) {
+  return op_multi("chlo." + name, operands, {result})[0];
 }
 
 Value Graph::constant(double value, DType dtype, const std::vector<int64_t>& dims) {

@@ -46,6 +46,14 @@ class Graph {
   Value op(const std::string& name, const std::vector<Value>& operands, const Type& result,
            const std::string& attributes = "");
 
+  // Any op, with its full name ("stablehlo.sort", "chlo.erf"), several results, and optionally one region
+  // (its text, e.g. from scalar_region()).
+  std::vector<Value> op_multi(const std::string& full_name, const std::vector<Value>& operands,
+                              const std::vector<Type>& results, const std::string& attributes = "",
+                              const std::string& region = "");
+  // A CHLO op with one result of `result` type (erf, lgamma, ...): the plugin lowers CHLO itself.
+  Value chlo(const std::string& name, const std::vector<Value>& operands, const Type& result);
+
   // Element-typed scalar constants broadcast to `dims`. Integers and floats are printed exactly.
   Value constant(double value, DType dtype, const std::vector<int64_t>& dims = {});
   Value constant_int(int64_t value, DType dtype, const std::vector<int64_t>& dims = {});
@@ -94,6 +102,13 @@ class Graph {
   std::vector<Value> parameters_;
   std::vector<Value> results_;
 };
+
+// A region taking `arity` pairs of scalar block arguments (%lhs0, %rhs0, %lhs1, %rhs1, ... for reducers
+// and comparators over several operands, or named by the caller in `body`) and returning what `body`
+// computes. `body` is MLIR text using those names and ending in "stablehlo.return".
+std::string region_text(const std::vector<std::pair<std::string, DType>>& arguments, const std::string& body);
+// The region of a binary reducer: (%lhs, %rhs) -> op(%lhs, %rhs).
+std::string scalar_region(const std::string& op, DType dtype);
 
 // "array<i64: 1, 2>"
 std::string dense_i64_array(const std::vector<int64_t>& values);
