@@ -41,13 +41,14 @@ struct OutputBinding {
   at::ScalarType dtype;
   DType buffer_dtype;          // the program output's element type
   std::vector<int64_t> buffer_dims;
+  size_t arg;                  // for writes: the mutated argument's index
 };
 
 struct CompiledOp {
   std::unique_ptr<runtime::Executable> executable;
   std::vector<ParamSource> params;
   std::vector<OutputBinding> functional;  // in return order
-  std::vector<OutputBinding> writes;      // one per mutated argument, in argument order
+  std::vector<OutputBinding> writes;      // one per mutated argument present, in argument order
   bool uses_rng = false;
   int64_t rng_draws = 0;
 };
@@ -336,8 +337,10 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
                                   size_t first) {
   const size_t num_args = stack.size() - first;
   // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
-  torch::jit::Stack meta_stack;
-  for (size_t i = first; i < stack.size(); ++i) meta_stack.push_back(to_meta(stack[i]));
+  // meta_args keeps the meta arguments alive: out= and other mutated ones are resized by the meta kernel.
+  std::vector<c10::IValue> meta_args;
+  for (size_t i = first; i < stack.size(); ++i) meta_args.push_back(to_meta(stack[i]));
+  torch::jit::Stack meta_stack(meta_args.begin(), meta_args.end());
   try {
     op.callBoxed(&meta_stack);
   } catch (...) {
@@ -346,32 +349,28 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
     rethrow_cpu_error(op, stack, first);
     throw;
   }
-  // The boxed call consumed the arguments; for in-place and out= ops the (resized) mutated meta arguments
-  // come back as the returns.
   auto compiled = std::make_shared<CompiledOp>();
   compiled->uses_rng = state.rule->uses_rng;
 
+  // The rule's outputs: functional results first (returns that alias no argument, in return order), then
+  // the new values of the mutated arguments that are present, in argument order.
   std::vector<ir::Type> outputs;
-  std::vector<at::Tensor> functional_meta;
-  if (state.mutated.empty()) {
-    for (const c10::IValue& r : meta_stack) {
-      if (r.isTensor()) functional_meta.push_back(r.toTensor());
-      else if (r.isTensorList()) for (const at::Tensor& t : r.toTensorList()) functional_meta.push_back(t);
-    }
-    for (const at::Tensor& t : functional_meta) outputs.push_back(ir_type(t));
-  } else {
-    // Returns alias the mutated arguments, in order.
-    size_t m = 0;
-    for (const c10::IValue& r : meta_stack) {
-      if (!r.isTensor() || m >= state.mutated.size()) continue;
-      at::Tensor& real = stack[first + state.mutated[m]].toTensor();
-      const at::Tensor& meta = r.toTensor();
-      if (real.sizes() != meta.sizes()) real.resize_(meta.sizes());
-      outputs.push_back(ir_type(real));
-      ++m;
-    }
-    TORCH_INTERNAL_ASSERT(m == state.mutated.size(), "meta kernel of ", state.name, " returned ", m,
-                          " tensors for ", state.mutated.size(), " mutated arguments");
+  const auto& returns = op.schema().returns();
+  for (size_t j = 0; j < returns.size() && j < meta_stack.size(); ++j) {
+    if (returns[j].alias_info()) continue;
+    const c10::IValue& r = meta_stack[j];
+    if (r.isTensor()) outputs.push_back(ir_type(r.toTensor()));
+    else if (r.isTensorList()) for (const at::Tensor& t : r.toTensorList()) outputs.push_back(ir_type(t));
+  }
+  const size_t num_functional = outputs.size();
+  std::vector<size_t> written_args;  // mutated arguments present in this call
+  for (size_t arg : state.mutated) {
+    at::Tensor& real = stack[first + arg].toTensor();
+    if (!real.defined()) continue;
+    const at::Tensor& meta = meta_args[arg].toTensor();
+    if (real.sizes() != meta.sizes()) real.resize_(meta.sizes());
+    outputs.push_back(ir_type(real));
+    written_args.push_back(arg);
   }
 
   ir::Graph g;
@@ -424,21 +423,21 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
   std::vector<runtime::ArrayType> result_types;
   for (size_t r = 0; r < results.size(); ++r) {
     ir::Value value = g.convert(results[r], outputs[r].dtype);
-    OutputBinding binding{outputs[r].dims, to_scalar_type(outputs[r].dtype), outputs[r].dtype, {}};
-    if (state.mutated.empty()) {
+    OutputBinding binding{outputs[r].dims, to_scalar_type(outputs[r].dtype), outputs[r].dtype, {}, 0};
+    if (r < num_functional) {
       binding.buffer_dims = {outputs[r].numel()};
       value = g.reshape(value, binding.buffer_dims);
       compiled->functional.push_back(binding);
     } else {
       // Write through the mutated argument's view into its whole storage.
-      const size_t arg = state.mutated[r];
+      const size_t arg = written_args[r - num_functional];
+      binding.arg = arg;
       const at::Tensor& target = stack[first + arg].toTensor();
       const auto [storage_dtype, storage_numel] = storage_layout(target);
-      ir::Value base;
       if (replaces_storage(target)) {
         value = g.reshape(value, {outputs[r].numel()});
       } else {
-        base = g.parameter(ir::Type{storage_dtype, {storage_numel}});
+        ir::Value base = g.parameter(ir::Type{storage_dtype, {storage_numel}});
         compiled->params.push_back({arg, -2});  // -2: the whole storage, as the write base
         value = lowering::write_view(g, base, geometry(target), value);
       }
@@ -473,8 +472,8 @@ at::Tensor new_tensor(const OutputBinding& binding, runtime::BufferPtr buffer) {
   return t;
 }
 
-void run(const OpState& state, const CompiledOp& compiled, torch::jit::Stack& stack, size_t first,
-         c10::DeviceIndex device) {
+void run(const OpState& state, const c10::FunctionSchema& schema, const CompiledOp& compiled,
+         torch::jit::Stack& stack, size_t first, c10::DeviceIndex device) {
   std::vector<at::Tensor> scratch;
   scratch.reserve(compiled.params.size());
   std::vector<runtime::BufferPtr> inputs;  // keeps every input alive through the call
@@ -511,21 +510,25 @@ void run(const OpState& state, const CompiledOp& compiled, torch::jit::Stack& st
   eager::after_execute(outputs);
 
   const size_t num_args = stack.size() - first;
-  if (state.mutated.empty()) {
-    torch::jit::drop(stack, num_args);
-    for (size_t r = 0; r < compiled.functional.size(); ++r) {
-      stack.push_back(new_tensor(compiled.functional[r], std::move(outputs[r])));
-    }
-    return;
+  const size_t num_functional = compiled.functional.size();
+  for (size_t w = 0; w < compiled.writes.size(); ++w) {
+    storage_handle(stack[first + compiled.writes[w].arg].toTensor()).buffer = std::move(outputs[num_functional + w]);
   }
-  std::vector<at::Tensor> returned;
-  for (size_t m = 0; m < state.mutated.size(); ++m) {
-    at::Tensor target = stack[first + state.mutated[m]].toTensor();
-    storage_handle(target).buffer = std::move(outputs[m]);
-    returned.push_back(target);
+  // Returns: a functional result, or (for a return that aliases an argument) the k-th mutated argument.
+  std::vector<c10::IValue> returned;
+  size_t next_functional = 0;
+  size_t next_alias = 0;
+  for (const c10::Argument& r : schema.returns()) {
+    if (r.alias_info()) {
+      returned.emplace_back(stack[first + state.mutated.at(next_alias++)]);
+    } else {
+      const OutputBinding& binding = compiled.functional.at(next_functional);
+      returned.emplace_back(new_tensor(binding, std::move(outputs[next_functional])));
+      ++next_functional;
+    }
   }
   torch::jit::drop(stack, num_args);
-  for (at::Tensor& t : returned) stack.push_back(std::move(t));
+  for (c10::IValue& v : returned) stack.push_back(std::move(v));
 }
 
 bool log_ops() {
@@ -599,9 +602,9 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (compiled) {
       state.counters->cache_hits++;
       // out= arguments take the shapes recorded when the program was built.
-      for (size_t m = 0; m < state.mutated.size() && state.is_out_variant; ++m) {
-        at::Tensor& out = (*stack)[first + state.mutated[m]].toTensor();
-        if (out.sizes() != c10::IntArrayRef(compiled->writes[m].sizes)) out.resize_(compiled->writes[m].sizes);
+      for (const OutputBinding& write : compiled->writes) {
+        at::Tensor& out = (*stack)[first + write.arg].toTensor();
+        if (out.sizes() != c10::IntArrayRef(write.sizes)) out.resize_(write.sizes);
       }
     } else {
       compiled = build(op, state, *stack, first);
@@ -609,7 +612,7 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       std::lock_guard<std::mutex> lock(state.mutex);
       state.programs.emplace(key, compiled);
     }
-    run(state, *compiled, *stack, first, device);
+    run(state, op.schema(), *compiled, *stack, first, device);
   } catch (const runtime::PjrtError& e) {
     TORCH_CHECK(false, state.name, " on tpu failed: ", e.what());
   }
