@@ -4,6 +4,8 @@ in-place and out= variants. Tolerances: exact for integer/bool results, rtol=1.3
 import pytest
 import torch
 
+import torchtpu
+
 from torch.testing import assert_close
 
 
@@ -223,3 +225,50 @@ def test_program_cache(metrics):
     counts = metrics()["ops"]["aten::add.Tensor"]
     assert counts["compiles"] <= 1 and counts["executions"] == 5
     assert counts["cache_hits"] >= 4
+
+
+def _math_cases():
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    p = torch.rand(4, 5) * 0.9 + 0.05  # in (0, 1)
+    ints, positive_ints = torch.randint(-9, 9, (4, 5)), torch.randint(1, 5, (4, 5))
+    nan_inf = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0])
+    return {
+        "floor": (torch.floor, x), "ceil": (torch.ceil, x), "round": (torch.round, x * 3),
+        "trunc": (torch.trunc, x * 3), "frac": (torch.frac, x * 3), "round_decimals": (lambda t: t.round(decimals=2), x),
+        "sign": (torch.sign, x), "acos": (torch.acos, p), "asin": (torch.asin, p), "atan": (torch.atan, x),
+        "acosh": (torch.acosh, x.abs() + 1), "asinh": (torch.asinh, x), "atanh": (torch.atanh, p),
+        "cosh": (torch.cosh, x), "sinh": (torch.sinh, x), "tan": (torch.tan, x), "erf": (torch.erf, x),
+        "erfinv": (torch.erfinv, p), "lgamma": (torch.lgamma, x.abs() + 0.5), "digamma": (torch.digamma, x.abs() + 0.5),
+        "expm1": (torch.expm1, x), "log1p": (torch.log1p, p), "log2": (torch.log2, p), "log10": (torch.log10, p),
+        "exp2": (torch.exp2, x), "pow_scalar_base": (lambda t: 2 ** t, x), "isnan": (torch.isnan, nan_inf),
+        "isinf": (torch.isinf, nan_inf), "nan_to_num": (torch.nan_to_num, nan_inf),
+        "bitwise_and": (torch.bitwise_and, ints, positive_ints), "bitwise_or": (torch.bitwise_or, ints, positive_ints),
+        "bitwise_xor": (torch.bitwise_xor, ints, positive_ints), "bitwise_not": (torch.bitwise_not, ints),
+        "bitwise_and_scalar": (lambda t: t & 3, ints), "logical_and": (torch.logical_and, x, ints),
+        "logical_or": (torch.logical_or, x > 0, ints), "logical_xor": (torch.logical_xor, x, y),
+        "fmod": (torch.fmod, x * 5, y), "fmod_scalar": (lambda t: torch.fmod(t, 1.5), x * 5),
+        "fmod_int": (torch.fmod, ints, positive_ints), "remainder": (torch.remainder, x * 5, y),
+        "remainder_scalar": (lambda t: t % 1.5, x * 5), "remainder_int": (torch.remainder, ints, positive_ints),
+        "atan2": (torch.atan2, x, y), "hypot": (torch.hypot, x, y), "copysign": (torch.copysign, x, y),
+        "xlogy": (torch.xlogy, torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 3.0, float("nan")])),
+        "logaddexp": (torch.logaddexp, x, y), "clamp_tensor": (lambda t, lo: t.clamp(min=lo, max=lo + 1), x, y),
+        "lerp_scalar": (lambda a, b: torch.lerp(a, b, 0.3), x, y), "lerp_tensor": (torch.lerp, x, y, p),
+        "addcmul": (lambda a, b, c: torch.addcmul(a, b, c, value=0.5), x, y, p),
+        "addcdiv": (lambda a, b, c: torch.addcdiv(a, b, c, value=0.5), x, y, p),
+        "floor_divide_int": (lambda a, b: torch.div(a, b, rounding_mode="floor"), ints, -positive_ints),
+        "abs_uint8": (torch.abs, positive_ints.to(torch.uint8)), "sign_uint8": (torch.sign, positive_ints.to(torch.uint8)),
+    }
+
+
+MATH_CASES = _math_cases()
+
+
+@pytest.mark.parametrize("name", sorted(MATH_CASES))
+def test_math_ops_match_cpu_without_fallback(name):
+    from torchtpu.metrics import fallback_ops
+
+    fn, *args = MATH_CASES[name]
+    torchtpu.reset_metrics()
+    check(fn, *args, equal_nan=True, rtol=1e-5, atol=1e-5)
+    assert fallback_ops() == {}

@@ -2,6 +2,9 @@
 //
 // Arithmetic computes in the output dtype's "opmath" type (float32 for 16-bit floats), as PyTorch does,
 // and rounds once at the end. Comparisons compute in PyTorch's promoted type of the inputs.
+#include <cmath>
+#include <limits>
+
 #include "lowering/helpers.h"
 
 namespace torchtpu::lowering {
@@ -55,7 +58,19 @@ std::vector<Value> lower_div_mode(LoweringContext& ctx) {
   Value a = operand(ctx, 0);
   Value b = operand(ctx, 1);
   Value q = g.binary("divide", a, b);
-  if (ctx.is_none(2) || !is_floating(opmath(ctx))) return {finish(ctx, q)};
+  if (ctx.is_none(2)) return {finish(ctx, q)};
+  if (!is_floating(opmath(ctx))) {
+    // Integer division truncates; floor mode steps down where the remainder's sign differs from b's.
+    if (ctx.text(2) == "floor") {
+      Value zero = scalar_like(ctx, 0);
+      Value r = g.binary("remainder", a, b);
+      Value signs_differ = g.compare(g.compare(r, zero, Comparison::kLT), g.compare(b, zero, Comparison::kLT),
+                                     Comparison::kNE);
+      Value adjust = g.binary("and", g.compare(r, zero, Comparison::kNE), signs_differ);
+      q = g.select(adjust, g.binary("subtract", q, scalar_like(ctx, 1)), q);
+    }
+    return {finish(ctx, q)};
+  }
   if (ctx.text(2) == "trunc") {
     Value zero = scalar_like(ctx, 0);
     q = g.select(g.compare(q, zero, Comparison::kLT), g.unary("ceil", q), g.unary("floor", q));
@@ -114,7 +129,11 @@ std::vector<Value> lower_where(LoweringContext& ctx) {
 }
 
 std::vector<Value> lower_neg(LoweringContext& ctx) { return unary_op(ctx, "negate"); }
-std::vector<Value> lower_abs(LoweringContext& ctx) { return unary_op(ctx, "abs"); }
+std::vector<Value> lower_abs(LoweringContext& ctx) {
+  const DType dtype = out(ctx).dtype;
+  if (dtype == DType::kBool || is_unsigned(dtype)) return {finish(ctx, ctx.tensor(0))};
+  return unary_op(ctx, "abs");
+}
 std::vector<Value> lower_exp(LoweringContext& ctx) { return unary_op(ctx, "exponential"); }
 std::vector<Value> lower_log(LoweringContext& ctx) { return unary_op(ctx, "log"); }
 std::vector<Value> lower_sqrt(LoweringContext& ctx) { return unary_op(ctx, "sqrt"); }
@@ -196,10 +215,317 @@ std::vector<Value> lower_copy(LoweringContext& ctx) { return {cast_to(ctx.graph,
 
 std::vector<Value> lower_clone(LoweringContext& ctx) { return {cast_to(ctx.graph, ctx.tensor(0), out(ctx))}; }
 
+
+// ---- More unary math -------------------------------------------------------------------------------
+
+// floor/ceil/round/trunc leave integers unchanged, as PyTorch does.
+std::vector<Value> rounding_op(LoweringContext& ctx, const char* name) {
+  if (!is_floating(out(ctx).dtype)) return {finish(ctx, ctx.tensor(0))};
+  return unary_op(ctx, name);
+}
+std::vector<Value> lower_floor(LoweringContext& ctx) { return rounding_op(ctx, "floor"); }
+std::vector<Value> lower_ceil(LoweringContext& ctx) { return rounding_op(ctx, "ceil"); }
+std::vector<Value> lower_round(LoweringContext& ctx) { return rounding_op(ctx, "round_nearest_even"); }
+
+Value truncate(Graph& g, Value x) {
+  Value zero = g.constant(0, g.type(x).dtype, g.type(x).dims);
+  return g.select(g.compare(x, zero, Comparison::kLT), g.unary("ceil", x), g.unary("floor", x));
+}
+
+std::vector<Value> lower_trunc(LoweringContext& ctx) {
+  if (!is_floating(out(ctx).dtype)) return {finish(ctx, ctx.tensor(0))};
+  return {finish(ctx, truncate(ctx.graph, operand(ctx, 0)))};
+}
+
+std::vector<Value> lower_frac(LoweringContext& ctx) {
+  Value x = operand(ctx, 0);
+  return {finish(ctx, ctx.graph.binary("subtract", x, truncate(ctx.graph, x)))};
+}
+
+// round.decimals(self, decimals): round half to even at 10^-decimals.
+std::vector<Value> lower_round_decimals(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  if (!is_floating(out(ctx).dtype)) return {finish(ctx, ctx.tensor(0))};
+  const double scale = std::pow(10.0, static_cast<double>(ctx.integer(1)));
+  Value scaled = g.binary("multiply", operand(ctx, 0), scalar_like(ctx, scale));
+  return {finish(ctx, g.binary("divide", g.unary("round_nearest_even", scaled), scalar_like(ctx, scale)))};
+}
+
+std::vector<Value> lower_sign(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType dtype = out(ctx).dtype;
+  if (dtype == DType::kBool) return {finish(ctx, ctx.tensor(0))};
+  if (is_unsigned(dtype)) {
+    return {finish(ctx, g.convert(g.compare(operand(ctx, 0), scalar_like(ctx, 0), Comparison::kGT), dtype))};
+  }
+  return unary_op(ctx, "sign");
+}
+
+std::vector<Value> chlo_unary(LoweringContext& ctx, const char* name) {
+  Value x = operand(ctx, 0);
+  return {finish(ctx, ctx.graph.chlo(name, {x}, ctx.graph.type(x)))};
+}
+std::vector<Value> lower_acos(LoweringContext& ctx) { return chlo_unary(ctx, "acos"); }
+std::vector<Value> lower_acosh(LoweringContext& ctx) { return chlo_unary(ctx, "acosh"); }
+std::vector<Value> lower_asin(LoweringContext& ctx) { return chlo_unary(ctx, "asin"); }
+std::vector<Value> lower_asinh(LoweringContext& ctx) { return chlo_unary(ctx, "asinh"); }
+std::vector<Value> lower_atan(LoweringContext& ctx) { return chlo_unary(ctx, "atan"); }
+std::vector<Value> lower_atanh(LoweringContext& ctx) { return chlo_unary(ctx, "atanh"); }
+std::vector<Value> lower_cosh(LoweringContext& ctx) { return chlo_unary(ctx, "cosh"); }
+std::vector<Value> lower_sinh(LoweringContext& ctx) { return chlo_unary(ctx, "sinh"); }
+std::vector<Value> lower_tan(LoweringContext& ctx) { return chlo_unary(ctx, "tan"); }
+std::vector<Value> lower_erf(LoweringContext& ctx) { return chlo_unary(ctx, "erf"); }
+std::vector<Value> lower_erfinv(LoweringContext& ctx) { return chlo_unary(ctx, "erf_inv"); }
+std::vector<Value> lower_lgamma(LoweringContext& ctx) { return chlo_unary(ctx, "lgamma"); }
+std::vector<Value> lower_digamma(LoweringContext& ctx) { return chlo_unary(ctx, "digamma"); }
+std::vector<Value> lower_expm1(LoweringContext& ctx) { return unary_op(ctx, "exponential_minus_one"); }
+std::vector<Value> lower_log1p(LoweringContext& ctx) { return unary_op(ctx, "log_plus_one"); }
+
+std::vector<Value> log_base(LoweringContext& ctx, double base) {
+  Graph& g = ctx.graph;
+  return {finish(ctx, g.binary("divide", g.unary("log", operand(ctx, 0)), scalar_like(ctx, std::log(base))))};
+}
+std::vector<Value> lower_log2(LoweringContext& ctx) { return log_base(ctx, 2.0); }
+std::vector<Value> lower_log10(LoweringContext& ctx) { return log_base(ctx, 10.0); }
+
+std::vector<Value> lower_exp2(LoweringContext& ctx) {
+  return {finish(ctx, ctx.graph.binary("power", scalar_like(ctx, 2.0), operand(ctx, 0)))};
+}
+
+// pow.Scalar(Scalar self, Tensor exponent)
+std::vector<Value> lower_pow_scalar(LoweringContext& ctx) {
+  return {finish(ctx, ctx.graph.binary("power", scalar_like(ctx, ctx.real(0)), operand(ctx, 1)))};
+}
+
+std::vector<Value> lower_isnan(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  if (!is_floating(g.type(x).dtype)) return {g.constant_int(0, DType::kBool, out(ctx).dims)};
+  return {g.compare(x, x, Comparison::kNE)};
+}
+
+std::vector<Value> lower_isinf(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type& t = g.type(x);
+  if (!is_floating(t.dtype)) return {g.constant_int(0, DType::kBool, out(ctx).dims)};
+  Value inf = g.constant(std::numeric_limits<double>::infinity(), t.dtype, t.dims);
+  return {g.compare(g.unary("abs", x), inf, Comparison::kEQ)};
+}
+
+// nan_to_num(self, nan?, posinf?, neginf?): defaults 0 and the dtype's largest / lowest finite values.
+std::vector<Value> lower_nan_to_num(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  if (!is_floating(t.dtype)) return {finish(ctx, ctx.tensor(0))};
+  double largest = std::numeric_limits<float>::max();
+  if (t.dtype == DType::kF64) largest = std::numeric_limits<double>::max();
+  if (t.dtype == DType::kF16) largest = 65504.0;
+  if (t.dtype == DType::kBF16) largest = 3.3895313892515355e38;
+  Value x = g.convert(ctx.tensor(0), t.dtype);
+  auto constant = [&](size_t i, double fallback) { return g.constant(ctx.is_none(i) ? fallback : ctx.real(i), t.dtype, t.dims); };
+  const double inf = std::numeric_limits<double>::infinity();
+  x = g.select(g.compare(x, x, Comparison::kNE), constant(1, 0.0), x);
+  x = g.select(g.compare(x, g.constant(inf, t.dtype, t.dims), Comparison::kEQ), constant(2, largest), x);
+  x = g.select(g.compare(x, g.constant(-inf, t.dtype, t.dims), Comparison::kEQ), constant(3, -largest), x);
+  return {x};
+}
+
+// ---- Bitwise and logical -----------------------------------------------------------------------------
+
+std::vector<Value> lower_bitwise_and(LoweringContext& ctx) { return binary_op(ctx, "and"); }
+std::vector<Value> lower_bitwise_or(LoweringContext& ctx) { return binary_op(ctx, "or"); }
+std::vector<Value> lower_bitwise_xor(LoweringContext& ctx) { return binary_op(ctx, "xor"); }
+std::vector<Value> lower_bitwise_not(LoweringContext& ctx) { return unary_op(ctx, "not"); }
+
+// Scalar overloads: argument 1 is a number.
+std::vector<Value> bitwise_scalar_op(LoweringContext& ctx, const char* name) {
+  Graph& g = ctx.graph;
+  Value other = g.constant_int(ctx.integer(1), opmath(ctx), out(ctx).dims);
+  return {finish(ctx, g.binary(name, operand(ctx, 0), other))};
+}
+std::vector<Value> lower_bitwise_and_scalar(LoweringContext& ctx) { return bitwise_scalar_op(ctx, "and"); }
+std::vector<Value> lower_bitwise_or_scalar(LoweringContext& ctx) { return bitwise_scalar_op(ctx, "or"); }
+std::vector<Value> lower_bitwise_xor_scalar(LoweringContext& ctx) { return bitwise_scalar_op(ctx, "xor"); }
+
+Value truthy(Graph& g, Value x, const std::vector<int64_t>& dims) {
+  Value v = broadcast_to(g, x, dims);
+  const DType dtype = g.type(v).dtype;
+  if (dtype == DType::kBool) return v;
+  return g.compare(v, g.constant_int(0, dtype, dims), Comparison::kNE);
+}
+
+std::vector<Value> logical_op(LoweringContext& ctx, const char* name) {
+  Graph& g = ctx.graph;
+  Value r = g.binary(name, truthy(g, ctx.tensor(0), out(ctx).dims), truthy(g, ctx.tensor(1), out(ctx).dims));
+  return {g.convert(r, out(ctx).dtype)};
+}
+std::vector<Value> lower_logical_and(LoweringContext& ctx) { return logical_op(ctx, "and"); }
+std::vector<Value> lower_logical_or(LoweringContext& ctx) { return logical_op(ctx, "or"); }
+std::vector<Value> lower_logical_xor(LoweringContext& ctx) { return logical_op(ctx, "xor"); }
+
+// ---- Binary math -------------------------------------------------------------------------------------
+
+// fmod: C semantics (the result takes the dividend's sign), which is StableHLO's remainder.
+std::vector<Value> lower_fmod(LoweringContext& ctx) { return binary_op(ctx, "remainder"); }
+std::vector<Value> lower_fmod_scalar(LoweringContext& ctx) {
+  return {finish(ctx, ctx.graph.binary("remainder", operand(ctx, 0), scalar_like(ctx, ctx.real(1))))};
+}
+
+// remainder: Python semantics (the result takes the divisor's sign).
+Value python_remainder(Graph& g, Value a, Value b) {
+  const Type& t = g.type(a);
+  Value zero = g.constant(0, t.dtype, t.dims);
+  Value r = g.binary("remainder", a, b);
+  Value signs_differ = g.compare(g.compare(r, zero, Comparison::kLT), g.compare(b, zero, Comparison::kLT),
+                                 Comparison::kNE);
+  Value adjust = g.binary("and", g.compare(r, zero, Comparison::kNE), signs_differ);
+  return g.select(adjust, g.binary("add", r, b), r);
+}
+std::vector<Value> lower_remainder(LoweringContext& ctx) {
+  return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), operand(ctx, 1)))};
+}
+std::vector<Value> lower_remainder_scalar(LoweringContext& ctx) {
+  return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), scalar_like(ctx, ctx.real(1))))};
+}
+
+std::vector<Value> lower_atan2(LoweringContext& ctx) { return binary_op(ctx, "atan2"); }
+
+std::vector<Value> lower_hypot(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value a = operand(ctx, 0);
+  Value b = operand(ctx, 1);
+  return {finish(ctx, g.unary("sqrt", g.binary("add", g.binary("multiply", a, a), g.binary("multiply", b, b))))};
+}
+
+// copysign(a, b): |a| with b's sign bit (so -0.0 counts as negative, as in C).
+std::vector<Value> lower_copysign(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value magnitude = g.unary("abs", operand(ctx, 0));
+  Value b = g.convert(operand(ctx, 1), DType::kF32);
+  Value bits = g.bitcast_convert(b, Type{DType::kI32, g.type(b).dims});
+  Value negative = g.compare(bits, g.constant_int(0, DType::kI32, g.type(b).dims), Comparison::kLT);
+  return {finish(ctx, g.select(negative, g.unary("negate", magnitude), magnitude))};
+}
+
+std::vector<Value> lower_xlogy(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  Value y = operand(ctx, 1);
+  Value product = g.binary("multiply", x, g.unary("log", y));
+  Value x_zero = g.binary("and", g.compare(x, scalar_like(ctx, 0), Comparison::kEQ),
+                          g.compare(y, y, Comparison::kEQ));  // a NaN y still gives NaN
+  return {finish(ctx, g.select(x_zero, scalar_like(ctx, 0), product))};
+}
+
+// logaddexp(a, b) = max + log1p(exp(-|a - b|)), stable for large magnitudes.
+std::vector<Value> lower_logaddexp(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value a = operand(ctx, 0);
+  Value b = operand(ctx, 1);
+  Value largest = g.binary("maximum", a, b);
+  Value gap = g.unary("negate", g.unary("abs", g.binary("subtract", a, b)));
+  Value result = g.binary("add", largest, g.unary("log_plus_one", g.unary("exponential", gap)));
+  // Equal infinities: the gap is NaN, the answer is that infinity.
+  return {finish(ctx, g.select(g.compare(a, b, Comparison::kEQ), a, result))};
+}
+
+// clamp.Tensor(self, Tensor? min, Tensor? max)
+std::vector<Value> lower_clamp_tensor(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  if (!ctx.is_none(1)) x = g.binary("maximum", x, operand(ctx, 1));
+  if (!ctx.is_none(2)) x = g.binary("minimum", x, operand(ctx, 2));
+  return {finish(ctx, x)};
+}
+
+// ---- Fused arithmetic used by optimizers ---------------------------------------------------------------
+
+// lerp(self, end, weight): PyTorch's two-sided formula, exact at weight 0 and 1.
+Value lerp(LoweringContext& ctx, Value weight) {
+  Graph& g = ctx.graph;
+  Value start = operand(ctx, 0);
+  Value end = operand(ctx, 1);
+  Value diff = g.binary("subtract", end, start);
+  Value low = g.binary("add", start, g.binary("multiply", weight, diff));
+  Value high = g.binary("subtract", end, g.binary("multiply", diff, g.binary("subtract", scalar_like(ctx, 1), weight)));
+  Value small = g.compare(g.unary("abs", weight), scalar_like(ctx, 0.5), Comparison::kLT);
+  return finish(ctx, g.select(small, low, high));
+}
+std::vector<Value> lower_lerp_scalar(LoweringContext& ctx) { return {lerp(ctx, scalar_like(ctx, ctx.real(2)))}; }
+std::vector<Value> lower_lerp_tensor(LoweringContext& ctx) { return {lerp(ctx, operand(ctx, 2))}; }
+
+// addcmul(self, tensor1, tensor2, value): self + value * tensor1 * tensor2
+std::vector<Value> lower_addcmul(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value term = g.binary("multiply", g.binary("multiply", operand(ctx, 1), operand(ctx, 2)), scalar_like(ctx, ctx.real(3)));
+  return {finish(ctx, g.binary("add", operand(ctx, 0), term))};
+}
+
+// addcdiv(self, tensor1, tensor2, value): self + value * tensor1 / tensor2
+std::vector<Value> lower_addcdiv(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value term = g.binary("multiply", g.binary("divide", operand(ctx, 1), operand(ctx, 2)), scalar_like(ctx, ctx.real(3)));
+  return {finish(ctx, g.binary("add", operand(ctx, 0), term))};
+}
+
 }  // namespace
 
 void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::abs", &lower_abs});
+  table.push_back({"aten::acos", &lower_acos});
+  table.push_back({"aten::acosh", &lower_acosh});
+  table.push_back({"aten::addcdiv", &lower_addcdiv});
+  table.push_back({"aten::addcmul", &lower_addcmul});
+  table.push_back({"aten::asin", &lower_asin});
+  table.push_back({"aten::asinh", &lower_asinh});
+  table.push_back({"aten::atan", &lower_atan});
+  table.push_back({"aten::atan2", &lower_atan2});
+  table.push_back({"aten::atanh", &lower_atanh});
+  table.push_back({"aten::bitwise_and.Scalar", &lower_bitwise_and_scalar});
+  table.push_back({"aten::bitwise_and.Tensor", &lower_bitwise_and});
+  table.push_back({"aten::bitwise_not", &lower_bitwise_not});
+  table.push_back({"aten::bitwise_or.Scalar", &lower_bitwise_or_scalar});
+  table.push_back({"aten::bitwise_or.Tensor", &lower_bitwise_or});
+  table.push_back({"aten::bitwise_xor.Scalar", &lower_bitwise_xor_scalar});
+  table.push_back({"aten::bitwise_xor.Tensor", &lower_bitwise_xor});
+  table.push_back({"aten::ceil", &lower_ceil});
+  table.push_back({"aten::clamp.Tensor", &lower_clamp_tensor});
+  table.push_back({"aten::copysign.Tensor", &lower_copysign});
+  table.push_back({"aten::cosh", &lower_cosh});
+  table.push_back({"aten::digamma", &lower_digamma});
+  table.push_back({"aten::erf", &lower_erf});
+  table.push_back({"aten::erfinv", &lower_erfinv});
+  table.push_back({"aten::exp2", &lower_exp2});
+  table.push_back({"aten::expm1", &lower_expm1});
+  table.push_back({"aten::floor", &lower_floor});
+  table.push_back({"aten::fmod.Scalar", &lower_fmod_scalar});
+  table.push_back({"aten::fmod.Tensor", &lower_fmod});
+  table.push_back({"aten::frac", &lower_frac});
+  table.push_back({"aten::hypot", &lower_hypot});
+  table.push_back({"aten::isinf", &lower_isinf});
+  table.push_back({"aten::isnan", &lower_isnan});
+  table.push_back({"aten::lerp.Scalar", &lower_lerp_scalar});
+  table.push_back({"aten::lerp.Tensor", &lower_lerp_tensor});
+  table.push_back({"aten::lgamma", &lower_lgamma});
+  table.push_back({"aten::log10", &lower_log10});
+  table.push_back({"aten::log1p", &lower_log1p});
+  table.push_back({"aten::log2", &lower_log2});
+  table.push_back({"aten::logaddexp", &lower_logaddexp});
+  table.push_back({"aten::logical_and", &lower_logical_and});
+  table.push_back({"aten::logical_or", &lower_logical_or});
+  table.push_back({"aten::logical_xor", &lower_logical_xor});
+  table.push_back({"aten::nan_to_num", &lower_nan_to_num});
+  table.push_back({"aten::pow.Scalar", &lower_pow_scalar});
+  table.push_back({"aten::remainder.Scalar", &lower_remainder_scalar});
+  table.push_back({"aten::remainder.Tensor", &lower_remainder});
+  table.push_back({"aten::round", &lower_round});
+  table.push_back({"aten::round.decimals", &lower_round_decimals});
+  table.push_back({"aten::sign", &lower_sign});
+  table.push_back({"aten::sinh", &lower_sinh});
+  table.push_back({"aten::tan", &lower_tan});
+  table.push_back({"aten::trunc", &lower_trunc});
+  table.push_back({"aten::xlogy.Tensor", &lower_xlogy});
   table.push_back({"aten::add.Tensor", &lower_add});
   table.push_back({"aten::clamp", &lower_clamp});
   table.push_back({"aten::clamp_max", &lower_clamp_max});
