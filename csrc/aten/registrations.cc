@@ -17,6 +17,10 @@ namespace torchtpu::aten {
 
 const std::vector<const char*>& lowered_ops() {
   static const std::vector<const char*> ops = {
+      "_thnn_fused_lstm_cell",
+      "_thnn_fused_lstm_cell.out",
+      "_thnn_fused_lstm_cell_backward_impl",
+      "_thnn_fused_lstm_cell_backward_impl.out",
       "abs",
       "abs.out",
       "abs_",

@@ -68,6 +68,7 @@ void add_reduction_rules(std::vector<Rule>& table);
 void add_linalg_rules(std::vector<Rule>& table);
 void add_nn_rules(std::vector<Rule>& table);
 void add_random_rules(std::vector<Rule>& table);
+void add_rnn_rules(std::vector<Rule>& table);
 void add_factory_rules(std::vector<Rule>& table);
 
 }  // namespace torchtpu::lowering

@@ -14,6 +14,7 @@ const std::unordered_map<std::string, Rule>& table() {
     add_linalg_rules(all);
     add_nn_rules(all);
     add_random_rules(all);
+    add_rnn_rules(all);
     add_factory_rules(all);
     std::unordered_map<std::string, Rule> by_name;
     for (const Rule& rule : all) {
