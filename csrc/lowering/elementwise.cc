@@ -313,6 +313,21 @@ std::vector<Value> lower_isinf(LoweringContext& ctx) {
   return {g.compare(g.unary("abs", x), inf, Comparison::kEQ)};
 }
 
+// isposinf / isneginf: compare against the infinity of the input's type (integers are never infinite).
+std::vector<Value> infinity_test(LoweringContext& ctx, double infinity) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type& t = g.type(x);
+  if (!is_floating(t.dtype)) return {g.constant_int(0, DType::kBool, out(ctx).dims)};
+  return {g.compare(x, g.constant(infinity, t.dtype, t.dims), Comparison::kEQ)};
+}
+std::vector<Value> lower_isposinf(LoweringContext& ctx) {
+  return infinity_test(ctx, std::numeric_limits<double>::infinity());
+}
+std::vector<Value> lower_isneginf(LoweringContext& ctx) {
+  return infinity_test(ctx, -std::numeric_limits<double>::infinity());
+}
+
 // nan_to_num(self, nan?, posinf?, neginf?): defaults 0 and the dtype's largest / lowest finite values.
 std::vector<Value> lower_nan_to_num(LoweringContext& ctx) {
   Graph& g = ctx.graph;
@@ -505,6 +520,8 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::hypot", &lower_hypot});
   table.push_back({"aten::isinf", &lower_isinf});
   table.push_back({"aten::isnan", &lower_isnan});
+  table.push_back({"aten::isneginf", &lower_isneginf});
+  table.push_back({"aten::isposinf", &lower_isposinf});
   table.push_back({"aten::lerp.Scalar", &lower_lerp_scalar});
   table.push_back({"aten::lerp.Tensor", &lower_lerp_tensor});
   table.push_back({"aten::lgamma", &lower_lgamma});
