@@ -90,6 +90,62 @@ def make_mlp_step(device: torch.device) -> Step:
     return step
 
 
+def make_matmul_n(n: int, dtype: torch.dtype) -> Callable[[torch.device], Step]:
+    def make(device: torch.device) -> Step:
+        a = torch.randn(n, n).to(device=device, dtype=dtype)
+        b = torch.randn(n, n).to(device=device, dtype=dtype)
+        return lambda: torch.mm(a, b)
+
+    return make
+
+
+def make_conv2d(device: torch.device) -> Step:
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(32, 64, 3, padding=1).to(device)
+    x = torch.randn(8, 32, 32, 32).to(device)
+    return lambda: conv(x)
+
+
+def make_softmax(device: torch.device) -> Step:
+    x = torch.randn(512, 1024).to(device)
+    return lambda: torch.softmax(x, dim=-1)
+
+
+def make_layernorm(device: torch.device) -> Step:
+    norm = torch.nn.LayerNorm(1024).to(device)
+    x = torch.randn(512, 1024).to(device)
+    return lambda: norm(x)
+
+
+def make_attention(seq: int) -> Callable[[torch.device], Step]:
+    def make(device: torch.device) -> Step:
+        q, k, v = (torch.randn(4, 8, seq, 64).to(device) for _ in range(3))
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return make
+
+
+def suites(scale: int) -> dict[str, list[Benchmark]]:
+    """Named groups of benchmarks; `scale` divides the repetitions (for --quick)."""
+    return {
+        "ops": [
+            Benchmark("add 16 f32", make_add, 5000 // scale),
+            Benchmark("matmul 256x256 f32", make_matmul, 1000 // scale),
+            Benchmark("mlp train step", make_mlp_step, 1000 // scale),
+        ],
+        "families": [
+            Benchmark("matmul 256 f32", make_matmul_n(256, torch.float32), 500 // scale),
+            Benchmark("matmul 1024 f32", make_matmul_n(1024, torch.float32), 50 // scale),
+            Benchmark("matmul 1024 bf16", make_matmul_n(1024, torch.bfloat16), 20 // scale),
+            Benchmark("conv2d 8x32x32x32 3x3", make_conv2d, 50 // scale),
+            Benchmark("softmax 512x1024", make_softmax, 200 // scale),
+            Benchmark("layernorm 512x1024", make_layernorm, 200 // scale),
+            Benchmark("attention T=128", make_attention(128), 50 // scale),
+            Benchmark("attention T=512", make_attention(512), 20 // scale),
+        ],
+    }
+
+
 def synchronizer(device: torch.device) -> Callable[[], None]:
     if device.type == "tpu":
         return torch.tpu.synchronize
@@ -235,15 +291,14 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="10x fewer repetitions and fewer warm-ups (smoke run)"
     )
+    parser.add_argument("--suite", choices=["ops", "families"], default="ops",
+                        help="ops: per-op overhead and a training step; families: matmul, conv, softmax, "
+                        "layernorm, attention at a few sizes")
     args = parser.parse_args()
 
     scale = 10 if args.quick else 1
     warmup = 3 if args.quick else 10
-    benchmarks = [
-        Benchmark("add 16 f32", make_add, 5000 // scale),
-        Benchmark("matmul 256x256 f32", make_matmul, 1000 // scale),
-        Benchmark("mlp train step", make_mlp_step, 1000 // scale),
-    ]
+    benchmarks = [b for b in suites(scale)[args.suite] if b.reps > 0]
 
     # Other processes compete with both torch's and the PJRT plugin's threads; keep the load average
     # from before the run (during it, it counts this process too) so a contended run shows.
@@ -276,9 +331,9 @@ def main() -> None:
         },
         "results": results,
     }
-    json_path = RESULTS_DIR / "bench_ops.json"
+    json_path = RESULTS_DIR / f"bench_{args.suite}.json"
     json_path.write_text(json.dumps(report, indent=1) + "\n")
-    png_path = RESULTS_DIR / "bench_ops.png"
+    png_path = RESULTS_DIR / f"bench_{args.suite}.png"
     plot(results, png_path)
     print(f"\n{elapsed:.1f} s of benchmarking; 1-min load average before it: {load:.2f}"
           f" on {os.cpu_count()} cpus")
