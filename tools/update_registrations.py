@@ -44,14 +44,20 @@ def overloads(rules: set[str]) -> list[str]:
     if missing:
         raise SystemExit(f"rules for unknown overloads: {missing}")
     chosen = set(rules)
-    for rule in rules:
-        schema = schemas[rule]
-        if schema.is_mutable:
+    # In-place twins: "foo_.*" overloads whose arguments match a functional rule's by name and (apart
+    # from self's aliasing) type; pow_.Scalar is the twin of pow.Tensor_Scalar, not of pow.Scalar.
+    for name, schema in schemas.items():
+        base = schema.name[len("aten::"):]
+        if not base.endswith("_") or any(is_out_argument(a) for a in schema.arguments):
             continue
-        base, _, overload = rule.partition(".")
-        inplace = base + "_" + ("." + overload if overload else "")
-        if inplace in schemas:
-            chosen.add(inplace)
+        for rule in rules:
+            functional = schemas[rule]
+            if functional.name != "aten::" + base[:-1] or functional.is_mutable:
+                continue
+            if [a.name for a in functional.arguments] == [a.name for a in schema.arguments] and signature(
+                functional.arguments[1:]
+            ) == signature(schema.arguments[1:]):
+                chosen.add(name)
     for name, schema in schemas.items():
         if not any(is_out_argument(a) for a in schema.arguments):
             continue

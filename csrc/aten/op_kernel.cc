@@ -13,6 +13,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/fallback.h"
 #include "aten/generator.h"
 #include "aten/metrics.h"
 #include "aten/storage.h"
@@ -42,6 +43,7 @@ struct OutputBinding {
   DType buffer_dtype;          // the program output's element type
   std::vector<int64_t> buffer_dims;
   size_t arg;                  // for writes: the mutated argument's index
+  bool defined = true;         // false: an undefined result (a backward op's output_mask entry was false)
 };
 
 struct CompiledOp {
@@ -68,41 +70,54 @@ std::string full_name(const c10::FunctionSchema& schema) {
   return schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
 }
 
-// The functional overload whose arguments are this out= overload's arguments without the outputs.
-std::string functional_of_out(const c10::FunctionSchema& schema) {
-  // Names and types: add.out must map to add.Tensor, not to add.Scalar with the same argument names.
-  std::vector<std::string> wanted;
+// "name:type" of each argument that is not written (the out= arguments of out overloads are dropped).
+std::vector<std::string> input_signature(const c10::FunctionSchema& schema, bool drop_written) {
+  std::vector<std::string> signature;
   for (const auto& a : schema.arguments()) {
-    if (!(a.alias_info() && a.alias_info()->isWrite())) wanted.push_back(a.name() + ":" + a.type()->str());
+    if (drop_written && a.alias_info() && a.alias_info()->isWrite()) continue;
+    signature.push_back(a.name() + ":" + a.type()->str());
   }
+  return signature;
+}
+
+// The functional overload of `functional_name` whose arguments match this in-place or out= overload's
+// inputs by name and type: add.out must map to add.Tensor, not to add.Scalar with the same argument
+// names, and pow_.Scalar to pow.Tensor_Scalar, not to pow.Scalar.
+std::string functional_of(const c10::FunctionSchema& schema, const std::string& functional_name, bool is_out) {
+  const std::vector<std::string> wanted = input_signature(schema, is_out);
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
-    if (name.name != schema.name() || name.overload_name == schema.overload_name()) continue;
+    if (name.name != functional_name) continue;
     auto handle = c10::Dispatcher::singleton().findSchema(name);
-    if (!handle || !handle->hasSchema()) continue;
-    const auto& candidate = handle->schema();
-    if (candidate.is_mutable()) continue;
-    std::vector<std::string> names;
-    for (const auto& a : candidate.arguments()) names.push_back(a.name() + ":" + a.type()->str());
-    if (names == wanted) return full_name(candidate);
+    if (!handle || !handle->hasSchema() || handle->schema().is_mutable()) continue;
+    std::vector<std::string> candidate = input_signature(handle->schema(), false);
+    if (!is_out) {
+      // In-place schemas write `self`; compare types without the alias annotation.
+      for (std::string& s : candidate) s = s.substr(0, s.find(':'));
+      std::vector<std::string> names;
+      for (const std::string& s : wanted) names.push_back(s.substr(0, s.find(':')));
+      if (candidate == names && handle->schema().arguments().size() == schema.arguments().size()) {
+        bool types_match = true;
+        for (size_t i = 1; i < schema.arguments().size(); ++i) {  // self's type differs only by aliasing
+          types_match &= schema.arguments()[i].type()->str() == handle->schema().arguments()[i].type()->str();
+        }
+        if (types_match) return full_name(handle->schema());
+      }
+      continue;
+    }
+    if (candidate == wanted) return full_name(handle->schema());
   }
   return "";
 }
 
 const lowering::Rule* derive_rule(const c10::FunctionSchema& schema, bool is_out) {
-  const std::string name = full_name(schema);
-  if (const lowering::Rule* exact = lowering::find_rule(name)) return exact;
-  if (is_out) {
-    const std::string functional = functional_of_out(schema);
-    return functional.empty() ? nullptr : lowering::find_rule(functional);
+  if (const lowering::Rule* exact = lowering::find_rule(full_name(schema))) return exact;
+  std::string base = schema.name();
+  if (!is_out) {
+    if (base.empty() || base.back() != '_') return nullptr;
+    base.pop_back();  // in-place "foo_" -> functional "foo"
   }
-  // In-place "foo_.overload" -> "foo.overload".
-  const std::string& base = schema.name();
-  if (!base.empty() && base.back() == '_') {
-    std::string functional = base.substr(0, base.size() - 1);
-    if (!schema.overload_name().empty()) functional += "." + schema.overload_name();
-    return lowering::find_rule(functional);
-  }
-  return nullptr;
+  const std::string functional = functional_of(schema, base, is_out);
+  return functional.empty() ? nullptr : lowering::find_rule(functional);
 }
 
 OpState& op_state(const c10::OperatorHandle& op) {
@@ -264,8 +279,12 @@ c10::IValue to_meta(const c10::IValue& v) {
   return v;
 }
 
+// Thrown when the meta kernel cannot infer this call's output shapes but CPU accepts the arguments: the
+// output shape depends on the data (x[bool_mask], ...), so the call runs through the CPU fallback.
+struct DataDependentShape {};
+
 // Reruns a failing op on zero-filled CPU stand-ins of its arguments and throws CPU's error, if CPU raises
-// one. Only reached on the error path.
+// one; throws DataDependentShape if CPU accepts them. Only reached on the error path.
 void rethrow_cpu_error(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
   auto to_cpu = [](const at::Tensor& t) {
     if (!t.defined() || t.device().is_cpu()) return t;
@@ -287,6 +306,7 @@ void rethrow_cpu_error(const c10::OperatorHandle& op, const torch::jit::Stack& s
     }
   }
   op.callBoxed(&cpu_stack);  // throws CPU's error, which is what we want the user to see
+  throw DataDependentShape{};
 }
 
 lowering::Arg scalar_arg(const c10::Scalar& s) {
@@ -347,7 +367,6 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
     // Some meta kernels (several are Python) word their errors differently from CPU's; the user should
     // read CPU's message.
     rethrow_cpu_error(op, stack, first);
-    throw;
   }
   auto compiled = std::make_shared<CompiledOp>();
   compiled->uses_rng = state.rule->uses_rng;
@@ -355,11 +374,17 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
   // The rule's outputs: functional results first (returns that alias no argument, in return order), then
   // the new values of the mutated arguments that are present, in argument order.
   std::vector<ir::Type> outputs;
+  std::vector<bool> undefined_outputs;
   const auto& returns = op.schema().returns();
   for (size_t j = 0; j < returns.size() && j < meta_stack.size(); ++j) {
     if (returns[j].alias_info()) continue;
     const c10::IValue& r = meta_stack[j];
-    if (r.isTensor()) outputs.push_back(ir_type(r.toTensor()));
+    if (r.isTensor()) {
+      // An undefined result (output_mask false) gets a placeholder type; its rule returns an invalid Value.
+      const at::Tensor& t = r.toTensor();
+      outputs.push_back(t.defined() ? ir_type(t) : ir::Type{DType::kF32, {0}});
+      undefined_outputs.push_back(!t.defined());
+    }
     else if (r.isTensorList()) for (const at::Tensor& t : r.toTensorList()) outputs.push_back(ir_type(t));
   }
   const size_t num_functional = outputs.size();
@@ -400,6 +425,10 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
     } else if (v.isString()) {
       a.kind = Arg::Kind::kString;
       a.text = v.toStringRef();
+    } else if (v.isBoolList()) {
+      // bool[] (output_mask) reaches rules as 0/1 ints.
+      a.kind = Arg::Kind::kIntList;
+      for (bool b : v.toBoolList()) a.ints.push_back(b);
     }
     ctx.args.push_back(a);
   }
@@ -422,6 +451,12 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
   std::vector<ir::Value> program_results;
   std::vector<runtime::ArrayType> result_types;
   for (size_t r = 0; r < results.size(); ++r) {
+    if (r < undefined_outputs.size() && undefined_outputs[r]) {
+      OutputBinding binding{{}, at::kFloat, DType::kF32, {}, 0};
+      binding.defined = false;
+      compiled->functional.push_back(binding);
+      continue;
+    }
     ir::Value value = g.convert(results[r], outputs[r].dtype);
     OutputBinding binding{outputs[r].dims, to_scalar_type(outputs[r].dtype), outputs[r].dtype, {}, 0};
     if (r < num_functional) {
@@ -510,21 +545,26 @@ void run(const OpState& state, const c10::FunctionSchema& schema, const Compiled
   eager::after_execute(outputs);
 
   const size_t num_args = stack.size() - first;
-  const size_t num_functional = compiled.functional.size();
+  size_t num_functional = 0;  // program outputs that are functional results
+  for (const OutputBinding& b : compiled.functional) num_functional += b.defined;
   for (size_t w = 0; w < compiled.writes.size(); ++w) {
     storage_handle(stack[first + compiled.writes[w].arg].toTensor()).buffer = std::move(outputs[num_functional + w]);
   }
   // Returns: a functional result, or (for a return that aliases an argument) the k-th mutated argument.
   std::vector<c10::IValue> returned;
   size_t next_functional = 0;
+  size_t next_output = 0;  // program output index; undefined results have none
   size_t next_alias = 0;
   for (const c10::Argument& r : schema.returns()) {
     if (r.alias_info()) {
       returned.emplace_back(stack[first + state.mutated.at(next_alias++)]);
     } else {
-      const OutputBinding& binding = compiled.functional.at(next_functional);
-      returned.emplace_back(new_tensor(binding, std::move(outputs[next_functional])));
-      ++next_functional;
+      const OutputBinding& binding = compiled.functional.at(next_functional++);
+      if (!binding.defined) {
+        returned.emplace_back(at::Tensor());
+        continue;
+      }
+      returned.emplace_back(new_tensor(binding, std::move(outputs[next_output++])));
     }
   }
   torch::jit::drop(stack, num_args);
@@ -607,7 +647,12 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         if (out.sizes() != c10::IntArrayRef(write.sizes)) out.resize_(write.sizes);
       }
     } else {
-      compiled = build(op, state, *stack, first);
+      try {
+        compiled = build(op, state, *stack, first);
+      } catch (const DataDependentShape&) {
+        cpu_fallback(op, stack);
+        return;
+      }
       state.counters->compiles++;
       std::lock_guard<std::mutex> lock(state.mutex);
       state.programs.emplace(key, compiled);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -98,7 +99,8 @@ class Graph {
   std::string signature(const std::vector<Value>& operands, const std::vector<Type>& results) const;
 
   std::vector<Node> nodes_;
-  std::vector<ValueInfo> values_;
+  // A deque: type() hands out references that must stay valid while the graph grows.
+  std::deque<ValueInfo> values_;
   std::vector<Value> parameters_;
   std::vector<Value> results_;
 };

@@ -538,6 +538,7 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::remainder.Tensor", &lower_remainder});
   table.push_back({"aten::round", &lower_round});
   table.push_back({"aten::round.decimals", &lower_round_decimals});
+  table.push_back({"aten::sgn", &lower_sign});  // for real dtypes sgn is sign
   table.push_back({"aten::sign", &lower_sign});
   table.push_back({"aten::sinh", &lower_sinh});
   table.push_back({"aten::tan", &lower_tan});

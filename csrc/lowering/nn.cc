@@ -1,19 +1,76 @@
-// Losses and other neural-network ops.
-#include "lowering/helpers.h"
+// Losses, embedding backward, and the helpers shared by the nn rule files (nn_activation.cc,
+// nn_norm.cc, nn_conv.cc, nn_pool.cc), whose rules add_nn_rules collects.
+#include <limits>
+#include <string>
+
+#include "lowering/nn.h"
 
 namespace torchtpu::lowering {
+
+using ir::Comparison;
+using ir::Reducer;
+
+Value reduce_keep(Graph& g, Value x, const std::vector<int64_t>& dims, Reducer reducer) {
+  const Type t = g.type(x);
+  Value init;
+  if (reducer == Reducer::kMax) init = g.constant(-std::numeric_limits<double>::infinity(), t.dtype);
+  else init = g.constant_int(0, t.dtype);
+  return g.broadcast_in_dim(g.reduce(x, init, dims, reducer), t.dims, kept_dims(t.rank(), dims));
+}
+
+Value sum_over(Graph& g, Value x, const std::vector<int64_t>& dims) {
+  return g.reduce(x, g.constant_int(0, g.type(x).dtype), dims, Reducer::kAdd);
+}
+
+Value like(Graph& g, Value x, double value) {
+  const Type t = g.type(x);  // a copy: Graph::type() refers into storage that adding nodes may move
+  return g.constant(value, t.dtype, t.dims);
+}
+
+std::vector<int64_t> kept_dims(int64_t rank, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < rank; ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) kept.push_back(i);
+  }
+  return kept;
+}
+
+std::vector<bool> output_mask(const LoweringContext& ctx, size_t i, size_t count) {
+  std::vector<bool> mask(count, true);
+  if (i < ctx.args.size() && ctx.args[i].kind == Arg::Kind::kIntList) {
+    const std::vector<int64_t>& bits = ctx.args[i].ints;
+    for (size_t k = 0; k < count && k < bits.size(); ++k) mask[k] = bits[k] != 0;
+  }
+  return mask;
+}
+
+Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates) {
+  const Type t = g.type(base);
+  std::vector<int64_t> window;
+  for (int64_t d = 1; d < t.rank(); ++d) window.push_back(d);
+  std::string window_list;
+  for (size_t i = 0; i < window.size(); ++i) window_list += (i ? ", " : "") + std::to_string(window[i]);
+  return g.op_multi("stablehlo.scatter", {base, indices, updates}, {t},
+                    "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [" + window_list +
+                        "], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
+                        "indices_are_sorted = false, unique_indices = false",
+                    ir::scalar_region("stablehlo.add", t.dtype))[0];
+}
+
 namespace {
 
 // at::Reduction: 0 none, 1 mean, 2 sum.
 constexpr int64_t kReductionNone = 0;
 constexpr int64_t kReductionMean = 1;
 
-const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
+const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.at(i); }
 
 // mse_loss(self, target, reduction)
 std::vector<Value> lower_mse_loss(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  const Type& in = ctx.type_of(0);
+  const Type in = ctx.type_of(0);
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
   const Type compute{accumulate, in.dims};
   Value diff = g.binary("subtract", cast_to(g, ctx.tensor(0), compute), cast_to(g, ctx.tensor(1), compute));
@@ -38,11 +95,127 @@ std::vector<Value> lower_mse_loss_backward(LoweringContext& ctx) {
   return {g.convert(result, out(ctx).dtype)};
 }
 
+// ---- nll_loss ---------------------------------------------------------------------------------------
+//
+// One implementation serves nll_loss (input [C] or [N, C]) and nll_loss2d (input [N, C, H, W]): the class
+// dim is 1 (0 for a 1-d input) and the target has the input's other dims. The target class is picked
+// with a one-hot mask rather than a gather, so an ignore_index outside [0, C) needs no special case.
+
+struct NllTerms {
+  int64_t class_dim;
+  Value one_hot;        // bool, input's shape: target == class
+  Value target_weight;  // accumulation type, target's shape: weight[target], 0 where ignored
+};
+
+NllTerms nll_terms(LoweringContext& ctx, size_t self_arg, DType accumulate) {
+  Graph& g = ctx.graph;
+  const Type in = ctx.type_of(self_arg);
+  const int64_t class_dim = in.rank() == 1 ? 0 : 1;
+  const size_t target_arg = self_arg + 1, weight_arg = self_arg + 2, ignore_arg = self_arg + 4;
+  Value target = g.convert(ctx.tensor(target_arg), DType::kI64);
+  const std::vector<int64_t> target_dims = g.type(target).dims;
+  Value classes = g.iota(Type{DType::kI64, in.dims}, class_dim);
+  Value one_hot = g.compare(classes, g.broadcast_in_dim(target, in.dims, kept_dims(in.rank(), {class_dim})), Comparison::kEQ);
+  Value weight;
+  if (ctx.is_none(weight_arg)) {
+    weight = g.constant(1, accumulate, target_dims);
+  } else {
+    Value per_class = g.broadcast_in_dim(g.convert(ctx.tensor(weight_arg), accumulate), in.dims, {class_dim});
+    weight = sum_over(g, g.select(one_hot, per_class, g.constant(0, accumulate, in.dims)), {class_dim});
+  }
+  Value valid = g.compare(target, g.constant_int(ctx.integer(ignore_arg), DType::kI64, target_dims), Comparison::kNE);
+  weight = g.select(valid, weight, g.constant(0, accumulate, target_dims));
+  return {class_dim, one_hot, weight};
+}
+
+// nll_loss_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight)
+std::vector<Value> lower_nll_loss_forward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type in = ctx.type_of(0);
+  const DType accumulate = accumulation_dtype(in.dtype);
+  NllTerms terms = nll_terms(ctx, 0, accumulate);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  Value picked = sum_over(g, g.select(terms.one_hot, x, g.constant(0, accumulate, in.dims)), {terms.class_dim});
+  // Ignored positions contribute an exact 0 even where the input is -inf (log of 0).
+  Value loss = g.select(g.compare(terms.target_weight, like(g, terms.target_weight, 0), Comparison::kNE),
+                        g.binary("multiply", g.unary("negate", picked), terms.target_weight), like(g, picked, 0));
+  const int64_t reduction = ctx.integer(3);
+  if (reduction == kReductionNone) {
+    // PyTorch leaves total_weight at 0 without a reduction.
+    return {g.convert(loss, out(ctx, 0).dtype), g.constant(0, out(ctx, 1).dtype, out(ctx, 1).dims)};
+  }
+  const int64_t rank = g.type(loss).rank();
+  Value total = sum_over(g, loss, reduction_dims({}, rank));
+  Value total_weight = sum_over(g, terms.target_weight, reduction_dims({}, rank));
+  if (reduction == kReductionMean) total = g.binary("divide", total, total_weight);
+  return {g.reshape(g.convert(total, out(ctx, 0).dtype), out(ctx, 0).dims),
+          g.reshape(g.convert(total_weight, out(ctx, 1).dtype), out(ctx, 1).dims)};
+}
+
+// nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight):
+// -weight[target] * grad at the target class, 0 elsewhere.
+std::vector<Value> lower_nll_loss_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type in = ctx.type_of(1);
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  NllTerms terms = nll_terms(ctx, 1, accumulate);
+  const std::vector<int64_t> target_dims = g.type(terms.target_weight).dims;
+  Value grad = g.convert(ctx.tensor(0), accumulate);
+  const int64_t reduction = ctx.integer(4);
+  if (reduction == kReductionNone) {
+    grad = g.reshape(grad, target_dims);
+  } else {
+    grad = g.reshape(grad, {});
+    if (reduction == kReductionMean) grad = g.binary("divide", grad, g.reshape(g.convert(ctx.tensor(6), accumulate), {}));
+    grad = g.broadcast_in_dim(grad, target_dims, {});
+  }
+  Value per_target = g.unary("negate", g.binary("multiply", grad, terms.target_weight));
+  Value full = g.broadcast_in_dim(per_target, in.dims, kept_dims(in.rank(), {terms.class_dim}));
+  return {g.convert(g.select(terms.one_hot, full, g.constant(0, accumulate, in.dims)), out(ctx).dtype)};
+}
+
+// ---- embedding --------------------------------------------------------------------------------------
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+// the rows of grad_output summed into the rows their indices name; the padding row gets nothing.
+std::vector<Value> lower_embedding_dense_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& result = out(ctx);
+  const DType accumulate = accumulation_dtype(result.dtype);
+  const int64_t rows = result.dims[0], width = result.dims[1];
+  const int64_t count = ctx.type_of(1).numel();
+  Value indices = g.reshape(ctx.tensor(1), {count, 1});
+  Value updates = g.reshape(g.convert(ctx.tensor(0), accumulate), {count, width});
+  const int64_t padding_idx = ctx.integer(3);
+  if (padding_idx >= 0) {
+    const DType index_dtype = g.type(indices).dtype;
+    Value keep = g.compare(g.reshape(indices, {count}), g.constant_int(padding_idx, index_dtype, {count}), Comparison::kNE);
+    updates = g.select(g.broadcast_in_dim(keep, {count, width}, {0}), updates, g.constant(0, accumulate, {count, width}));
+  }
+  Value grad = scatter_add_rows(g, g.constant(0, accumulate, {rows, width}), indices, updates);
+  if (ctx.boolean(4)) {
+    // Each row's sum divided by how often its index occurs.
+    Value counts = scatter_add_rows(g, g.constant(0, accumulate, {rows}), indices, g.constant(1, accumulate, {count}));
+    counts = g.binary("maximum", counts, like(g, counts, 1));
+    grad = g.binary("divide", grad, g.broadcast_in_dim(counts, {rows, width}, {0}));
+  }
+  return {g.convert(grad, result.dtype)};
+}
+
 }  // namespace
 
 void add_nn_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::embedding_dense_backward", &lower_embedding_dense_backward});
   table.push_back({"aten::mse_loss", &lower_mse_loss});
   table.push_back({"aten::mse_loss_backward", &lower_mse_loss_backward});
+  table.push_back({"aten::nll_loss2d_backward", &lower_nll_loss_backward});
+  table.push_back({"aten::nll_loss2d_forward", &lower_nll_loss_forward});
+  table.push_back({"aten::nll_loss_backward", &lower_nll_loss_backward});
+  table.push_back({"aten::nll_loss_forward", &lower_nll_loss_forward});
+  add_nn_activation_rules(table);
+  add_nn_norm_rules(table);
+  add_nn_conv_rules(table);
+  add_nn_pool_rules(table);
 }
 
 }  // namespace torchtpu::lowering

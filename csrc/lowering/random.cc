@@ -4,13 +4,16 @@
 // number of draws, so `torch.manual_seed` reproduces a run and a fused or compiled graph can carry the
 // state like any other value. Bits come from rng_bit_generator (Threefry), which is counter based.
 #include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "lowering/helpers.h"
 
 namespace torchtpu::lowering {
 namespace {
 
-const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
+const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.at(i); }
 
 // Uniform floats in [0, 1) of `dtype` (float32 or float64) from the mantissa bits.
 Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype) {
@@ -64,10 +67,185 @@ std::vector<Value> lower_normal(LoweringContext& ctx) {
   return {g.convert(sample, t.dtype)};
 }
 
+// ---- bernoulli, exponential -----------------------------------------------------------------------
+
+// Draws u in [0, 1) and returns u < p, so p = 0 never and p = 1 always fires.
+Value bernoulli_mask(Graph& g, Value state, Value p, const std::vector<int64_t>& dims) {
+  const DType dtype = sample_dtype(g.type(p).dtype);
+  Value u = unit_uniform(g, state, dims, dtype);
+  return g.compare(u, cast_to(g, p, Type{dtype, dims}), ir::Comparison::kLT);
+}
+
+// bernoulli_.float(self, p, generator): self's old values are not read. PyTorch's meta kernel does not
+// check p, so the rule does, with CPU's message.
+std::vector<Value> lower_bernoulli_float(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  if (!(ctx.real(1) >= 0 && ctx.real(1) <= 1)) {
+    throw std::invalid_argument("bernoulli_ expects p to be in [0, 1], but got p=" + std::to_string(ctx.real(1)));
+  }
+  Value p = g.constant(ctx.real(1), sample_dtype(t.dtype));
+  return {g.convert(bernoulli_mask(g, ctx.rng_state, p, t.dims), t.dtype)};
+}
+
+// bernoulli_.Tensor(self, p, generator): p broadcasts to self's shape.
+std::vector<Value> lower_bernoulli_tensor(LoweringContext& ctx) {
+  const Type& t = out(ctx);
+  return {ctx.graph.convert(bernoulli_mask(ctx.graph, ctx.rng_state, ctx.tensor(1), t.dims), t.dtype)};
+}
+
+// bernoulli(self, generator): self holds the probabilities.
+std::vector<Value> lower_bernoulli(LoweringContext& ctx) {
+  const Type& t = out(ctx);
+  return {ctx.graph.convert(bernoulli_mask(ctx.graph, ctx.rng_state, ctx.tensor(0), t.dims), t.dtype)};
+}
+
+// exponential_(self, lambd, generator): inverse CDF, -log(1 - u) / lambd; 1 - u lies in (0, 1].
+std::vector<Value> lower_exponential(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const DType dtype = sample_dtype(t.dtype);
+  Value u = unit_uniform(g, ctx.rng_state, t.dims, dtype);
+  Value tail = g.unary("log", g.binary("subtract", g.constant(1.0, dtype, t.dims), u));
+  Value sample = g.binary("divide", tail, g.constant(-ctx.real(1), dtype, t.dims));
+  return {g.convert(sample, t.dtype)};
+}
+
+// ---- random_ --------------------------------------------------------------------------------------
+
+// Integers uniform in [low, low + range) as `dtype`, from 64 random bits each; `range` 0 means 2^64.
+// Like PyTorch, the value is bits mod range, whose bias is negligible against 64 bits.
+Value random_integers(Graph& g, Value state, const Type& t, int64_t low, uint64_t range) {
+  Value bits = g.rng_bit_generator(state, Type{DType::kU64, t.dims}).second;
+  if (range != 0) {
+    bits = g.binary("remainder", bits, g.constant_int(static_cast<int64_t>(range), DType::kU64, t.dims));
+  }
+  Value signed_bits = g.bitcast_convert(bits, Type{DType::kI64, t.dims});
+  Value shifted = g.binary("add", signed_bits, g.constant_int(low, DType::kI64, t.dims));  // wraps like C++
+  return g.convert(shifted, t.dtype);
+}
+
+// Mantissa digits of a float type: random_ on floats draws integers every value of which is exact.
+int64_t float_digits(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return 11;
+    case DType::kBF16: return 8;
+    case DType::kF64: return 53;
+    default: return 24;
+  }
+}
+
+// Largest value random_ may produce for `dtype` when no upper bound is given.
+uint64_t default_upper(DType dtype) {
+  if (is_floating(dtype)) return uint64_t{1} << float_digits(dtype);
+  switch (dtype) {
+    case DType::kBool: return 1;
+    case DType::kI8: return 127;
+    case DType::kI16: return 32767;
+    case DType::kI32: return std::numeric_limits<int32_t>::max();
+    case DType::kU8: return 255;
+    case DType::kU32: return std::numeric_limits<uint32_t>::max();
+    case DType::kU64: return std::numeric_limits<uint64_t>::max();
+    default: return std::numeric_limits<int64_t>::max();
+  }
+}
+
+// random_(self, generator): [0, default_upper] inclusive.
+std::vector<Value> lower_random(LoweringContext& ctx) {
+  const Type& t = out(ctx);
+  return {random_integers(ctx.graph, ctx.rng_state, t, 0, default_upper(t.dtype) + 1)};
+}
+
+// The meta kernels of random_ do not check the bounds; CPU does.
+void check_range(int64_t from, int64_t to) {
+  if (from >= to) {
+    throw std::invalid_argument("random_ expects 'from' to be less than 'to', but got from=" + std::to_string(from) +
+                                " >= to=" + std::to_string(to));
+  }
+}
+
+// random_.to(self, to, generator): [0, to).
+std::vector<Value> lower_random_to(LoweringContext& ctx) {
+  check_range(0, ctx.integer(1));
+  return {random_integers(ctx.graph, ctx.rng_state, out(ctx), 0, static_cast<uint64_t>(ctx.integer(1)))};
+}
+
+// random_.from(self, from, to?, generator): [from, to), or [from, default_upper] without `to`.
+std::vector<Value> lower_random_from(LoweringContext& ctx) {
+  const Type& t = out(ctx);
+  const int64_t from = ctx.integer(1);
+  if (!ctx.is_none(2)) check_range(from, ctx.integer(2));
+  const uint64_t range = ctx.is_none(2) ? default_upper(t.dtype) - static_cast<uint64_t>(from) + 1
+                                        : static_cast<uint64_t>(ctx.integer(2)) - static_cast<uint64_t>(from);
+  return {random_integers(ctx.graph, ctx.rng_state, t, from, range)};
+}
+
+// ---- dropout --------------------------------------------------------------------------------------
+
+// native_dropout(input, p, train?) -> (output, mask): keeps each element with probability 1 - p and
+// scales kept ones by 1 / (1 - p) (by 0 when p = 1). Multiplying by the mask, not selecting, matches
+// PyTorch for inf/NaN inputs. Not training: the input and an all-true mask.
+std::vector<Value> lower_native_dropout(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type t = g.type(x);
+  const bool train = ctx.is_none(2) || ctx.boolean(2);
+  if (!train) return {x, g.constant_int(1, DType::kBool, t.dims)};
+  const double keep = 1.0 - ctx.real(1);
+  const DType compute = accumulation_dtype(t.dtype);
+  Value mask = bernoulli_mask(g, ctx.rng_state, g.constant(keep, DType::kF32), t.dims);
+  Value kept = g.binary("multiply", g.convert(x, compute), g.convert(mask, compute));
+  Value scaled = g.binary("multiply", kept, g.constant(keep == 0 ? 0.0 : 1.0 / keep, compute, t.dims));
+  return {g.convert(scaled, t.dtype), mask};
+}
+
+// native_dropout_backward(grad_output, mask, scale) = grad_output * mask * scale.
+std::vector<Value> lower_native_dropout_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const DType compute = accumulation_dtype(t.dtype);
+  Value kept = g.binary("multiply", cast_to(g, ctx.tensor(0), Type{compute, t.dims}),
+                        cast_to(g, ctx.tensor(1), Type{compute, t.dims}));
+  return {g.convert(g.binary("multiply", kept, g.constant(ctx.real(2), compute, t.dims)), t.dtype)};
+}
+
+// ---- randperm -------------------------------------------------------------------------------------
+
+// randperm.generator_out(n, generator, out): positions sorted by 64-bit random keys. Ties, which would
+// bias a stable sort toward the identity, have probability about n^2 / 2^65.
+std::vector<Value> lower_randperm(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const Type positions_type{DType::kI64, t.dims};
+  Value positions = g.iota(positions_type, 0);
+  if (t.numel() <= 1) return {g.convert(positions, t.dtype)};
+  Value keys = g.rng_bit_generator(ctx.rng_state, Type{DType::kU64, t.dims}).second;
+  const std::string u64 = ir::to_mlir(Type{DType::kU64, {}});
+  const std::string body =
+      "      %c_lt = \"stablehlo.compare\"(%lhs0, %rhs0) {comparison_direction = #stablehlo<comparison_direction LT>, "
+      "compare_type = #stablehlo<comparison_type UNSIGNED>} : (" + u64 + ", " + u64 + ") -> tensor<i1>\n"
+      "      \"stablehlo.return\"(%c_lt) : (tensor<i1>) -> ()";
+  const std::string region = ir::region_text(
+      {{"%lhs0", DType::kU64}, {"%rhs0", DType::kU64}, {"%lhs1", DType::kI64}, {"%rhs1", DType::kI64}}, body);
+  std::vector<Value> sorted = g.op_multi("stablehlo.sort", {keys, positions}, {g.type(keys), positions_type},
+                                         "dimension = 0 : i64, is_stable = true", region);
+  return {g.convert(sorted[1], t.dtype)};
+}
+
 }  // namespace
 
 void add_random_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::bernoulli", &lower_bernoulli, true});
+  table.push_back({"aten::bernoulli_.Tensor", &lower_bernoulli_tensor, true, true});
+  table.push_back({"aten::bernoulli_.float", &lower_bernoulli_float, true, true});
+  table.push_back({"aten::exponential_", &lower_exponential, true, true});
+  table.push_back({"aten::native_dropout", &lower_native_dropout, true});
+  table.push_back({"aten::native_dropout_backward", &lower_native_dropout_backward});
   table.push_back({"aten::normal_", &lower_normal, true, true});
+  table.push_back({"aten::random_", &lower_random, true, true});
+  table.push_back({"aten::random_.from", &lower_random_from, true, true});
+  table.push_back({"aten::random_.to", &lower_random_to, true, true});
+  table.push_back({"aten::randperm.generator_out", &lower_randperm, true});
   table.push_back({"aten::uniform_", &lower_uniform, true, true});
 }
 

@@ -1,7 +1,10 @@
-// Reductions over dims: sum, mean, max/min (values and indices), amax/amin, argmax/argmin.
+// Reductions over dims: sum, nansum, mean, prod, any/all, var/std (and their _mean twins), logsumexp,
+// vector norms, max/min (values and indices), amax/amin, argmax/argmin, and the cumulative cumsum/cumprod.
 //
 // 16-bit floats accumulate in float32, as PyTorch does; results are reshaped to the inferred output
 // shape, which carries keepdim.
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "lowering/helpers.h"
@@ -155,21 +158,232 @@ std::vector<Value> arg_op(LoweringContext& ctx, bool is_max) {
 std::vector<Value> lower_argmax(LoweringContext& ctx) { return arg_op(ctx, true); }
 std::vector<Value> lower_argmin(LoweringContext& ctx) { return arg_op(ctx, false); }
 
+// ---- prod, any/all, nansum ------------------------------------------------------------------------
+
+// Multiplies over `dims` in the output's accumulation type (int64 for integer and bool inputs, whose
+// output PyTorch promotes to int64; float32 for 16-bit floats).
+Value prod_over(LoweringContext& ctx, const std::vector<int64_t>& dims) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  Value p = g.reduce(x, g.constant_int(1, accumulate), dims, Reducer::kMul);
+  return g.reshape(g.convert(p, out(ctx).dtype), out(ctx).dims);
+}
+
+// prod(self, dtype?) and prod.dim_int(self, dim, keepdim, dtype?)
+std::vector<Value> lower_prod(LoweringContext& ctx) {
+  return {prod_over(ctx, reduction_dims({}, ctx.type_of(0).rank()))};
+}
+std::vector<Value> lower_prod_dim(LoweringContext& ctx) { return {prod_over(ctx, dims_arg(ctx, 1))}; }
+
+// any/all reduce the truth of each element; the output is bool (uint8 for uint8 input, as in PyTorch),
+// which the kernel's final convert produces from the bool result.
+Value truth_reduce(LoweringContext& ctx, const std::vector<int64_t>& dims, bool is_any) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type t = g.type(x);
+  Value truth = t.dtype == DType::kBool ? x : g.compare(x, g.constant_int(0, t.dtype, t.dims), Comparison::kNE);
+  Value r = g.reduce(truth, g.constant_int(is_any ? 0 : 1, DType::kBool), dims, is_any ? Reducer::kOr : Reducer::kAnd);
+  return g.reshape(r, out(ctx).dims);
+}
+
+// any.dims/all.dims: dim=None reduces every dim, but an explicit empty list reduces none (unlike sum).
+std::vector<int64_t> allany_dims(const LoweringContext& ctx) {
+  if (!ctx.is_none(1) && ctx.args[1].kind == Arg::Kind::kIntList && ctx.ints(1).empty()) return {};
+  return dims_arg(ctx, 1);
+}
+
+std::vector<Value> lower_any(LoweringContext& ctx) {
+  return {truth_reduce(ctx, reduction_dims({}, ctx.type_of(0).rank()), true)};
+}
+std::vector<Value> lower_any_dims(LoweringContext& ctx) { return {truth_reduce(ctx, allany_dims(ctx), true)}; }
+std::vector<Value> lower_all(LoweringContext& ctx) {
+  return {truth_reduce(ctx, reduction_dims({}, ctx.type_of(0).rank()), false)};
+}
+std::vector<Value> lower_all_dims(LoweringContext& ctx) { return {truth_reduce(ctx, allany_dims(ctx), false)}; }
+
+// nansum(self, dim?, keepdim, dtype?): NaNs count as zero.
+std::vector<Value> lower_nansum(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  if (is_floating(accumulate)) {
+    const Type t = g.type(x);
+    x = g.select(g.compare(x, x, Comparison::kNE), g.constant(0.0, accumulate, t.dims), x);
+  }
+  Value s = g.reduce(x, g.constant_int(0, accumulate), dims_arg(ctx, 1), Reducer::kAdd);
+  return {g.reshape(g.convert(s, out(ctx).dtype), out(ctx).dims)};
+}
+
+// ---- var/std --------------------------------------------------------------------------------------
+
+struct Moments {
+  Value var;   // reduced shape, accumulation dtype
+  Value mean;  // reduced shape, accumulation dtype
+};
+
+// Two-pass variance over `dims` (mean first, then squared deviations), which keeps float32 accurate where
+// the one-pass E[x^2]-E[x]^2 cancels. The divisor is max(0, N - correction) as in PyTorch, so a row too
+// short for the correction gives inf or NaN rather than a negative variance.
+Moments moments(LoweringContext& ctx, const std::vector<int64_t>& dims, double correction, DType accumulate) {
+  Graph& g = ctx.graph;
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  const Type t = g.type(x);
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    if (!std::binary_search(dims.begin(), dims.end(), i)) kept.push_back(i);
+  }
+  const double n = static_cast<double>(count(t, dims));
+  Value sum = g.reduce(x, g.constant_int(0, accumulate), dims, Reducer::kAdd);
+  const std::vector<int64_t> reduced = g.type(sum).dims;
+  Value mean = g.binary("divide", sum, g.constant(n, accumulate, reduced));
+  Value deviation = g.binary("subtract", x, g.broadcast_in_dim(mean, t.dims, kept));
+  Value squares = g.reduce(g.binary("multiply", deviation, deviation), g.constant_int(0, accumulate), dims, Reducer::kAdd);
+  Value var = g.binary("divide", squares, g.constant(std::max(0.0, n - correction), accumulate, reduced));
+  return {var, mean};
+}
+
+// var.correction(self, dim?, *, correction?, keepdim): correction defaults to 1 (Bessel).
+Moments correction_moments(LoweringContext& ctx) {
+  const double correction = ctx.is_none(2) ? 1.0 : ctx.real(2);
+  return moments(ctx, dims_arg(ctx, 1), correction, accumulation_dtype(out(ctx).dtype));
+}
+
+Value finish(LoweringContext& ctx, Value v, size_t output) {
+  return ctx.graph.reshape(ctx.graph.convert(v, out(ctx, output).dtype), out(ctx, output).dims);
+}
+
+std::vector<Value> lower_var(LoweringContext& ctx) { return {finish(ctx, correction_moments(ctx).var, 0)}; }
+std::vector<Value> lower_std(LoweringContext& ctx) {
+  return {finish(ctx, ctx.graph.unary("sqrt", correction_moments(ctx).var), 0)};
+}
+// var_mean.correction / std_mean.correction -> (var or std, mean)
+std::vector<Value> lower_var_mean(LoweringContext& ctx) {
+  Moments m = correction_moments(ctx);
+  return {finish(ctx, m.var, 0), finish(ctx, m.mean, 1)};
+}
+std::vector<Value> lower_std_mean(LoweringContext& ctx) {
+  Moments m = correction_moments(ctx);
+  return {finish(ctx, ctx.graph.unary("sqrt", m.var), 0), finish(ctx, m.mean, 1)};
+}
+
+// ---- logsumexp, vector norms ----------------------------------------------------------------------
+
+// logsumexp(self, dim[], keepdim): max-shifted so large inputs do not overflow; an infinite max is
+// replaced by 0 for the shift so all -inf rows give -inf (not NaN) and +inf rows give +inf.
+std::vector<Value> lower_logsumexp(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  const Type t = g.type(x);
+  const std::vector<int64_t> dims = dims_arg(ctx, 1);
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    if (!std::binary_search(dims.begin(), dims.end(), i)) kept.push_back(i);
+  }
+  Value m = g.reduce(x, extreme(g, accumulate, true), dims, Reducer::kMax);
+  const std::vector<int64_t> reduced = g.type(m).dims;
+  Value is_inf = g.compare(g.unary("abs", m), g.constant(std::numeric_limits<double>::infinity(), accumulate, reduced),
+                           Comparison::kEQ);
+  m = g.select(is_inf, g.constant(0.0, accumulate, reduced), m);
+  Value shifted = g.unary("exponential", g.binary("subtract", x, g.broadcast_in_dim(m, t.dims, kept)));
+  Value s = g.reduce(shifted, g.constant_int(0, accumulate), dims, Reducer::kAdd);
+  return {finish(ctx, g.binary("add", g.unary("log", s), m), 0)};
+}
+
+// linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?): ord 0 counts non-zeros, +-inf take the
+// max/min magnitude, 1 and 2 avoid the general pow, and anything else is (sum |x|^p)^(1/p).
+std::vector<Value> lower_vector_norm(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  const double ord = ctx.real(1);
+  const std::vector<int64_t> dims = dims_arg(ctx, 2);
+  Value a = g.unary("abs", g.convert(ctx.tensor(0), accumulate));
+  const Type t = g.type(a);
+  Value zero = g.constant_int(0, accumulate);
+  Value r;
+  if (std::isinf(ord)) {
+    r = ord > 0 ? g.reduce(a, zero, dims, Reducer::kMax) : g.reduce(a, extreme(g, accumulate, false), dims, Reducer::kMin);
+    // maximum/minimum propagate NaN, as torch's amax does.
+  } else if (ord == 0) {
+    Value nonzero = g.convert(g.compare(a, g.constant(0.0, accumulate, t.dims), Comparison::kNE), accumulate);
+    r = g.reduce(nonzero, zero, dims, Reducer::kAdd);
+  } else if (ord == 1) {
+    r = g.reduce(a, zero, dims, Reducer::kAdd);
+  } else if (ord == 2) {
+    r = g.unary("sqrt", g.reduce(g.binary("multiply", a, a), zero, dims, Reducer::kAdd));
+  } else {
+    Value powered = g.binary("power", a, g.constant(ord, accumulate, t.dims));
+    Value s = g.reduce(powered, zero, dims, Reducer::kAdd);
+    r = g.binary("power", s, g.constant(1.0 / ord, accumulate, g.type(s).dims));
+  }
+  return {finish(ctx, r, 0)};
+}
+
+// ---- cumsum/cumprod -------------------------------------------------------------------------------
+
+// Inclusive scan along `dim` as a reduce_window whose window spans the whole dim and is padded on the low
+// side with the identity: output i combines inputs 0..i. The plugin's reduce_window is quadratic in the
+// dim's length, which is fine for the sizes eager code scans; a log-depth scan can replace it later.
+Value cumulative(LoweringContext& ctx, Reducer reducer) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  const Type t = g.type(x);
+  if (t.rank() == 0 || t.numel() == 0) return x;
+  const int64_t dim = reduction_dims({ctx.integer(1)}, t.rank())[0];
+  const int64_t n = t.dims[static_cast<size_t>(dim)];
+  std::vector<int64_t> window(t.dims.size(), 1), strides(t.dims.size(), 1);
+  window[static_cast<size_t>(dim)] = n;
+  std::string padding = "dense<[";
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
+  }
+  padding += "]> : tensor<" + std::to_string(t.rank()) + "x2xi64>";
+  const bool is_add = reducer == Reducer::kAdd;
+  Value init = g.constant_int(is_add ? 0 : 1, accumulate);
+  const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
+                                 ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
+  return g.op_multi("stablehlo.reduce_window", {x, init}, {t}, attributes,
+                    ir::scalar_region(is_add ? "stablehlo.add" : "stablehlo.multiply", accumulate))[0];
+}
+
+// cumsum(self, dim, *, dtype?) and cumprod: integer and bool inputs give int64 (from the inferred output).
+std::vector<Value> lower_cumsum(LoweringContext& ctx) { return {finish(ctx, cumulative(ctx, Reducer::kAdd), 0)}; }
+std::vector<Value> lower_cumprod(LoweringContext& ctx) { return {finish(ctx, cumulative(ctx, Reducer::kMul), 0)}; }
+
 }  // namespace
 
 void add_reduction_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::all", &lower_all});
+  table.push_back({"aten::all.dim", &lower_all_dims});
+  table.push_back({"aten::all.dims", &lower_all_dims});
   table.push_back({"aten::amax", &lower_amax});
   table.push_back({"aten::amin", &lower_amin});
+  table.push_back({"aten::any", &lower_any});
+  table.push_back({"aten::any.dim", &lower_any_dims});
+  table.push_back({"aten::any.dims", &lower_any_dims});
   table.push_back({"aten::argmax", &lower_argmax});
   table.push_back({"aten::argmin", &lower_argmin});
+  table.push_back({"aten::cumprod", &lower_cumprod});
+  table.push_back({"aten::cumsum", &lower_cumsum});
+  table.push_back({"aten::linalg_vector_norm", &lower_vector_norm});
+  table.push_back({"aten::logsumexp", &lower_logsumexp});
   table.push_back({"aten::max", &lower_max});
   table.push_back({"aten::max.dim", &lower_max_dim});
   table.push_back({"aten::mean", &lower_mean});
   table.push_back({"aten::mean.dim", &lower_mean_dims});
   table.push_back({"aten::min", &lower_min});
   table.push_back({"aten::min.dim", &lower_min_dim});
+  table.push_back({"aten::nansum", &lower_nansum});
+  table.push_back({"aten::prod", &lower_prod});
+  table.push_back({"aten::prod.dim_int", &lower_prod_dim});
+  table.push_back({"aten::std.correction", &lower_std});
+  table.push_back({"aten::std_mean.correction", &lower_std_mean});
   table.push_back({"aten::sum", &lower_sum});
   table.push_back({"aten::sum.dim_IntList", &lower_sum_dims});
+  table.push_back({"aten::var.correction", &lower_var});
+  table.push_back({"aten::var_mean.correction", &lower_var_mean});
 }
 
 }  // namespace torchtpu::lowering

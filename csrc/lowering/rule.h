@@ -69,6 +69,9 @@ void add_linalg_rules(std::vector<Rule>& table);
 void add_nn_rules(std::vector<Rule>& table);
 void add_random_rules(std::vector<Rule>& table);
 void add_rnn_rules(std::vector<Rule>& table);
+void add_sorting_rules(std::vector<Rule>& table);
 void add_factory_rules(std::vector<Rule>& table);
+void add_indexing_rules(std::vector<Rule>& table);
+void add_shape_rules(std::vector<Rule>& table);
 
 }  // namespace torchtpu::lowering

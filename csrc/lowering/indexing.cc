@@ -1,0 +1,541 @@
+// Integer indexing: index_select, gather, the scatter family, advanced indexing (index / index_put),
+// index_add, index_copy and index_fill.
+//
+// All of them become one StableHLO gather or scatter. Negative indices wrap as in PyTorch's index,
+// index_put and index_fill; gather, scatter, index_select, index_add and index_copy wrap them too, where
+// PyTorch raises. Out-of-range indices are NOT reported: XLA clamps a gather's start indices and drops
+// out-of-bounds scatter updates, where PyTorch raises. A device-side bounds check does not exist yet.
+//
+// Boolean (mask) indices have a data-dependent result shape and cannot be one static program: reading
+// x[mask] is rejected by the meta kernel before a rule runs. Writing x[mask] = v is static when v does not
+// depend on the number of selected elements, and becomes a select; other mask uses are rejected with a
+// clear message.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+#include "lowering/helpers.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using ir::Comparison;
+
+const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
+
+int64_t wrap_dim(int64_t dim, int64_t rank) {
+  if (rank == 0) return 0;
+  return dim < 0 ? dim + rank : dim;
+}
+
+std::vector<int64_t> range(int64_t begin, int64_t end) {
+  std::vector<int64_t> values;
+  for (int64_t i = begin; i < end; ++i) values.push_back(i);
+  return values;
+}
+
+std::string bracket_list(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
+// "name = [..], " or nothing: the attribute parser is happiest without empty lists.
+std::string field(const char* name, const std::vector<int64_t>& values) {
+  return values.empty() ? "" : std::string(name) + " = " + bracket_list(values) + ", ";
+}
+
+// A Scalar argument as a constant of `dtype`: integers stay exact (ctx.real would round large int64s).
+Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::vector<int64_t>& dims) {
+  if (is_floating(dtype)) return ctx.graph.constant(ctx.real(i), dtype, dims);
+  if (dtype == DType::kBool) return ctx.graph.constant_int(ctx.real(i) != 0, dtype, dims);
+  return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
+}
+
+// Index values as int64 with negative entries wrapped by `size`.
+Value wrap_index(Graph& g, Value index, int64_t size) {
+  const DType dtype = g.type(index).dtype;
+  if (dtype == DType::kBool || dtype == DType::kU8) {
+    throw std::invalid_argument("boolean mask indices have a data-dependent shape and are not supported on tpu; "
+                                "use integer indices (mask.nonzero()) or torch.where");
+  }
+  if (is_floating(dtype)) throw std::invalid_argument("indices must be integers");
+  Value i = g.convert(index, DType::kI64);
+  const std::vector<int64_t> dims = g.type(i).dims;
+  Value negative = g.compare(i, g.constant_int(0, DType::kI64, dims), Comparison::kLT);
+  return g.select(negative, g.binary("add", i, g.constant_int(size, DType::kI64, dims)), i);
+}
+
+Value concatenate(Graph& g, const std::vector<Value>& parts, int64_t dim) {
+  if (parts.size() == 1) return parts[0];
+  Type result = g.type(parts[0]);
+  result.dims[static_cast<size_t>(dim)] = 0;
+  for (Value v : parts) result.dims[static_cast<size_t>(dim)] += g.type(v).dims[static_cast<size_t>(dim)];
+  return g.op("concatenate", parts, result, "dimension = " + std::to_string(dim) + " : i64");
+}
+
+// stablehlo.gather; the caller supplies the dimension numbers and the result dims they imply.
+Value gather(Graph& g, Value operand, Value indices, const std::vector<int64_t>& offset_dims,
+             const std::vector<int64_t>& collapsed, int64_t index_vector_dim,
+             const std::vector<int64_t>& slice_sizes, const std::vector<int64_t>& result_dims) {
+  const std::string attributes = "dimension_numbers = #stablehlo.gather<" + field("offset_dims", offset_dims) +
+                                 field("collapsed_slice_dims", collapsed) + field("start_index_map", collapsed) +
+                                 "index_vector_dim = " + std::to_string(index_vector_dim) +
+                                 ">, slice_sizes = " + ir::dense_i64_array(slice_sizes) +
+                                 ", indices_are_sorted = false";
+  return g.op("gather", {operand, indices}, Type{g.type(operand).dtype, result_dims}, attributes);
+}
+
+// How a scatter combines the current element with an update.
+enum class Combine { kReplace, kAdd, kMul, kMax, kMin };
+
+std::string combiner_region(Combine combine, DType dtype) {
+  const bool is_bool = dtype == DType::kBool;
+  switch (combine) {
+    case Combine::kAdd: return ir::scalar_region(is_bool ? "stablehlo.or" : "stablehlo.add", dtype);
+    case Combine::kMul: return ir::scalar_region(is_bool ? "stablehlo.and" : "stablehlo.multiply", dtype);
+    case Combine::kMax: return ir::scalar_region("stablehlo.maximum", dtype);
+    case Combine::kMin: return ir::scalar_region("stablehlo.minimum", dtype);
+    case Combine::kReplace: break;
+  }
+  const std::string t = ir::to_mlir(Type{dtype, {}});
+  return ir::region_text({{"%old", dtype}, {"%new", dtype}}, "      \"stablehlo.return\"(%new) : (" + t + ") -> ()");
+}
+
+// stablehlo.scatter of `updates` (converted to the operand's dtype) into `operand`.
+Value scatter(Graph& g, Value operand, Value indices, Value updates, const std::vector<int64_t>& update_window_dims,
+              const std::vector<int64_t>& inserted, int64_t index_vector_dim, Combine combine) {
+  const DType dtype = g.type(operand).dtype;
+  const std::string attributes = "scatter_dimension_numbers = #stablehlo.scatter<" +
+                                 field("update_window_dims", update_window_dims) +
+                                 field("inserted_window_dims", inserted) +
+                                 field("scatter_dims_to_operand_dims", inserted) +
+                                 "index_vector_dim = " + std::to_string(index_vector_dim) +
+                                 ">, indices_are_sorted = false, unique_indices = false";
+  return g.op_multi("stablehlo.scatter", {operand, indices, g.convert(updates, dtype)}, {g.type(operand)},
+                    attributes, combiner_region(combine, dtype))[0];
+}
+
+// ---- Along one dim with a 1-d index: index_select, index_add, index_copy, index_fill -------------------
+
+// `index` (0-d or 1-d) as wrapped int64 indices shaped [k, 1].
+Value dim_indices(Graph& g, Value index, int64_t size) {
+  Value wrapped = wrap_index(g, index, size);
+  return g.reshape(wrapped, {g.type(wrapped).numel(), 1});
+}
+
+// Rank-0 operands behave as 1-element vectors along dim 0.
+Value at_least_1d(Graph& g, Value x) { return g.type(x).rank() == 0 ? g.reshape(x, {1}) : x; }
+
+// index_select(self, dim, index): whole slices of self along `dim`, one per index.
+std::vector<Value> lower_index_select(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = at_least_1d(g, ctx.tensor(0));
+  const Type t = g.type(self);
+  const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
+  Value indices = dim_indices(g, ctx.tensor(2), t.dims[static_cast<size_t>(dim)]);
+  std::vector<int64_t> slice_sizes = t.dims, result_dims = t.dims, offset_dims = range(0, t.rank());
+  slice_sizes[static_cast<size_t>(dim)] = 1;
+  result_dims[static_cast<size_t>(dim)] = g.type(indices).dims[0];
+  offset_dims.erase(offset_dims.begin() + dim);
+  if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
+  Value result = gather(g, self, indices, offset_dims, {dim}, 1, slice_sizes, result_dims);
+  return {g.reshape(result, out(ctx).dims)};
+}
+
+// Scatters whole slices `updates` (self's shape with `dim` of size k) into self along `dim`.
+Value scatter_slices(Graph& g, Value self, int64_t dim, Value index, Value updates, Combine combine) {
+  const Type t = g.type(self);
+  Value indices = dim_indices(g, index, t.dims[static_cast<size_t>(dim)]);
+  std::vector<int64_t> window = range(0, t.rank());
+  window.erase(window.begin() + dim);
+  std::vector<int64_t> update_dims = t.dims;
+  update_dims[static_cast<size_t>(dim)] = g.type(indices).dims[0];
+  if (g.type(indices).dims[0] == 0) return self;
+  return scatter(g, self, indices, g.reshape(updates, update_dims), window, {dim}, 1, combine);
+}
+
+// index_add(self, dim, index, source, alpha)
+std::vector<Value> lower_index_add(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = at_least_1d(g, ctx.tensor(0));
+  const DType dtype = g.type(self).dtype;
+  Value source = g.convert(at_least_1d(g, ctx.tensor(3)), dtype);
+  if (!ctx.is_none(4) && ctx.real(4) != 1.0) {
+    source = g.binary("multiply", source, scalar_constant(ctx, 4, dtype, g.type(source).dims));
+  }
+  const int64_t dim = wrap_dim(ctx.integer(1), g.type(self).rank());
+  return {g.reshape(scatter_slices(g, self, dim, ctx.tensor(2), source, Combine::kAdd), out(ctx).dims)};
+}
+
+// index_copy(self, dim, index, source)
+std::vector<Value> lower_index_copy(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = at_least_1d(g, ctx.tensor(0));
+  const int64_t dim = wrap_dim(ctx.integer(1), g.type(self).rank());
+  Value result = scatter_slices(g, self, dim, ctx.tensor(2), at_least_1d(g, ctx.tensor(3)), Combine::kReplace);
+  return {g.reshape(result, out(ctx).dims)};
+}
+
+// index_fill.int_Scalar / int_Tensor(self, dim, index, value)
+std::vector<Value> index_fill(LoweringContext& ctx, bool value_is_tensor) {
+  Graph& g = ctx.graph;
+  Value self = at_least_1d(g, ctx.tensor(0));
+  const Type t = g.type(self);
+  const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
+  std::vector<int64_t> dims = t.dims;
+  dims[static_cast<size_t>(dim)] = g.type(ctx.tensor(2)).numel();
+  Value value = value_is_tensor ? cast_to(g, ctx.tensor(3), Type{t.dtype, dims})
+                                : scalar_constant(ctx, 3, t.dtype, dims);
+  return {g.reshape(scatter_slices(g, self, dim, ctx.tensor(2), value, Combine::kReplace), out(ctx).dims)};
+}
+std::vector<Value> lower_index_fill_scalar(LoweringContext& ctx) { return index_fill(ctx, false); }
+std::vector<Value> lower_index_fill_tensor(LoweringContext& ctx) { return index_fill(ctx, true); }
+
+// ---- Elementwise along one dim: gather and the scatter family -------------------------------------------
+
+// For an index tensor shaped like self (same rank): the full coordinates [index dims..., rank] of each
+// element, with `dim` taken from the index and every other dim from the element's own position.
+Value point_indices(Graph& g, Value index, int64_t dim, int64_t size) {
+  Value wrapped = wrap_index(g, index, size);
+  const std::vector<int64_t> dims = g.type(wrapped).dims;
+  std::vector<int64_t> column = dims;
+  column.push_back(1);
+  std::vector<Value> parts;
+  for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+    Value coordinate = d == dim ? wrapped : g.iota(Type{DType::kI64, dims}, d);
+    parts.push_back(g.reshape(coordinate, column));
+  }
+  return concatenate(g, parts, static_cast<int64_t>(dims.size()));
+}
+
+// gather(self, dim, index, sparse_grad): out[i][j][k] = self[i][index[i][j][k]][k] (for dim 1).
+std::vector<Value> lower_gather(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = at_least_1d(g, ctx.tensor(0));
+  Value index = at_least_1d(g, ctx.tensor(2));
+  const Type t = g.type(self);
+  const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
+  if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
+  const std::vector<int64_t> index_dims = g.type(index).dims;
+  Value points = point_indices(g, index, dim, t.dims[static_cast<size_t>(dim)]);
+  const std::vector<int64_t> all = range(0, t.rank());
+  Value result = gather(g, self, points, {}, all, t.rank(), std::vector<int64_t>(all.size(), 1), index_dims);
+  return {g.reshape(result, out(ctx).dims)};
+}
+
+// Elementwise scatter of `updates` (sliced to the index's shape, as PyTorch reads only that much of src).
+Value scatter_points(Graph& g, Value self, int64_t dim, Value index, Value updates, Combine combine) {
+  const Type t = g.type(self);
+  const std::vector<int64_t> index_dims = g.type(index).dims;
+  if (g.type(index).numel() == 0) return self;
+  const Type& u = g.type(updates);
+  if (u.dims != index_dims) {
+    updates = g.slice(updates, std::vector<int64_t>(index_dims.size(), 0), index_dims,
+                      std::vector<int64_t>(index_dims.size(), 1));
+  }
+  Value points = point_indices(g, index, dim, t.dims[static_cast<size_t>(dim)]);
+  return scatter(g, self, points, updates, {}, range(0, t.rank()), t.rank(), combine);
+}
+
+Combine combine_of(const std::string& reduce) {
+  if (reduce == "add" || reduce == "sum" || reduce == "mean") return Combine::kAdd;
+  if (reduce == "multiply" || reduce == "prod") return Combine::kMul;
+  if (reduce == "amax") return Combine::kMax;
+  if (reduce == "amin") return Combine::kMin;
+  throw std::invalid_argument("unknown scatter reduction '" + reduce + "'");
+}
+
+// Arguments (self, dim, index, src or value, ...): src as a tensor, or a Scalar value broadcast to the
+// index's shape.
+struct ScatterArgs {
+  Value self;
+  int64_t dim;
+  Value index;
+  Value updates;
+};
+
+ScatterArgs scatter_args(LoweringContext& ctx, bool value_is_scalar) {
+  Graph& g = ctx.graph;
+  ScatterArgs a;
+  a.self = at_least_1d(g, ctx.tensor(0));
+  a.dim = wrap_dim(ctx.integer(1), g.type(a.self).rank());
+  a.index = at_least_1d(g, ctx.tensor(2));
+  const DType dtype = g.type(a.self).dtype;
+  a.updates = value_is_scalar ? scalar_constant(ctx, 3, dtype, g.type(a.index).dims)
+                              : g.convert(at_least_1d(g, ctx.tensor(3)), dtype);
+  return a;
+}
+
+std::vector<Value> scatter_op(LoweringContext& ctx, bool value_is_scalar, Combine combine) {
+  ScatterArgs a = scatter_args(ctx, value_is_scalar);
+  Value result = scatter_points(ctx.graph, a.self, a.dim, a.index, a.updates, combine);
+  return {ctx.graph.reshape(result, out(ctx).dims)};
+}
+
+std::vector<Value> lower_scatter_src(LoweringContext& ctx) { return scatter_op(ctx, false, Combine::kReplace); }
+std::vector<Value> lower_scatter_value(LoweringContext& ctx) { return scatter_op(ctx, true, Combine::kReplace); }
+std::vector<Value> lower_scatter_add(LoweringContext& ctx) { return scatter_op(ctx, false, Combine::kAdd); }
+// scatter.reduce / scatter.value_reduce(self, dim, index, src|value, reduce: "add" | "multiply")
+std::vector<Value> lower_scatter_reduce(LoweringContext& ctx) {
+  return scatter_op(ctx, false, combine_of(ctx.text(4)));
+}
+std::vector<Value> lower_scatter_value_reduce(LoweringContext& ctx) {
+  return scatter_op(ctx, true, combine_of(ctx.text(4)));
+}
+
+// Identity of a reduction: the value that leaves any element unchanged when combined with it.
+Value identity(Graph& g, Combine combine, DType dtype, const std::vector<int64_t>& dims) {
+  if (combine == Combine::kAdd) return g.constant_int(0, dtype, dims);
+  if (combine == Combine::kMul) return g.constant_int(1, dtype, dims);
+  const bool lowest = combine == Combine::kMax;
+  if (is_floating(dtype)) {
+    const double inf = std::numeric_limits<double>::infinity();
+    return g.constant(lowest ? -inf : inf, dtype, dims);
+  }
+  if (dtype == DType::kBool) return g.constant_int(lowest ? 0 : 1, dtype, dims);
+  int64_t value = 0;
+  switch (dtype) {
+    case DType::kI8: value = lowest ? -128 : 127; break;
+    case DType::kI16: value = lowest ? -32768 : 32767; break;
+    case DType::kI32:
+      value = lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max();
+      break;
+    case DType::kI64:
+      value = lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+      break;
+    case DType::kU8: value = lowest ? 0 : 255; break;
+    default: value = lowest ? 0 : -1; break;  // unsigned 32/64: all ones
+  }
+  return g.constant_int(value, dtype, dims);
+}
+
+// a / b rounded toward negative infinity, for integers (StableHLO's divide truncates).
+Value floor_divide(Graph& g, Value a, Value b) {
+  const std::vector<int64_t> dims = g.type(a).dims;
+  Value q = g.binary("divide", a, b);
+  Value r = g.binary("remainder", a, b);
+  Value zero = g.constant_int(0, g.type(a).dtype, dims);
+  Value signs_differ = g.compare(g.compare(r, zero, Comparison::kLT), g.compare(b, zero, Comparison::kLT),
+                                 Comparison::kNE);
+  Value adjust = g.binary("and", g.compare(r, zero, Comparison::kNE), signs_differ);
+  return g.select(adjust, g.binary("subtract", q, g.constant_int(1, g.type(a).dtype, dims)), q);
+}
+
+// scatter_reduce.two(self, dim, index, src, reduce, include_self). Without include_self, every element
+// that receives an update starts from the reduction's identity instead of its own value; "mean" divides
+// the sum by the number of contributions (floor division for integers, as PyTorch does).
+std::vector<Value> lower_scatter_reduce_two(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  ScatterArgs a = scatter_args(ctx, false);
+  const std::string& reduce = ctx.text(4);
+  const bool include_self = ctx.is_none(5) || ctx.boolean(5);
+  const Combine combine = combine_of(reduce);
+  const Type t = g.type(a.self);
+  Value base = a.self;
+  if (!include_self) {
+    Value touched = scatter_points(g, g.constant_int(0, DType::kBool, t.dims), a.dim, a.index,
+                                   g.constant_int(1, DType::kBool, g.type(a.index).dims), Combine::kReplace);
+    base = g.select(touched, identity(g, combine, t.dtype, t.dims), a.self);
+  }
+  Value result = scatter_points(g, base, a.dim, a.index, a.updates, combine);
+  if (reduce == "mean") {
+    Value count = scatter_points(g, g.constant_int(include_self ? 1 : 0, t.dtype, t.dims), a.dim, a.index,
+                                 g.constant_int(1, t.dtype, g.type(a.index).dims), Combine::kAdd);
+    Value zero = g.constant_int(0, t.dtype, t.dims);
+    count = g.select(g.compare(count, zero, Comparison::kEQ), g.constant_int(1, t.dtype, t.dims), count);
+    result = is_floating(t.dtype) ? g.binary("divide", result, count) : floor_divide(g, result, count);
+  }
+  return {g.reshape(result, out(ctx).dims)};
+}
+
+// ---- Advanced indexing: index.Tensor and index_put ------------------------------------------------------
+
+// self[indices] where `indices` holds an index tensor or None per leading dim. The indexed dims are moved
+// to the front of self (`permutation`) so one gather/scatter with [B..., k] coordinates serves: B is the
+// index tensors' broadcast shape, k their count.
+struct AdvancedIndex {
+  std::vector<int64_t> indexed;      // dims of self with an index tensor, ascending
+  std::vector<int64_t> rest;         // the other dims, ascending
+  std::vector<int64_t> permutation;  // indexed then rest
+  std::vector<int64_t> batch;        // B
+  Value points;                      // [B..., k] int64, wrapped
+  // PyTorch puts B where the indexed dims were when they are adjacent, else in front.
+  bool adjacent = false;
+};
+
+std::vector<int64_t> broadcast_shape(const std::vector<std::vector<int64_t>>& shapes) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<int64_t> result(rank, 1);
+  for (const auto& s : shapes) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& r = result[rank - s.size() + i];
+      if (s[i] != 1) r = s[i];
+    }
+  }
+  return result;
+}
+
+AdvancedIndex advanced_index(Graph& g, const Type& self, const std::vector<Value>& indices) {
+  AdvancedIndex a;
+  std::vector<std::vector<int64_t>> shapes;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    if (!indices[d].valid()) continue;
+    a.indexed.push_back(static_cast<int64_t>(d));
+    shapes.push_back(g.type(indices[d]).dims);
+  }
+  if (a.indexed.empty()) throw std::invalid_argument("index: at least one index tensor is required");
+  for (int64_t d = 0; d < self.rank(); ++d) {
+    if (std::find(a.indexed.begin(), a.indexed.end(), d) == a.indexed.end()) a.rest.push_back(d);
+  }
+  a.permutation = a.indexed;
+  a.permutation.insert(a.permutation.end(), a.rest.begin(), a.rest.end());
+  a.batch = broadcast_shape(shapes);
+  a.adjacent = a.indexed.back() - a.indexed.front() + 1 == static_cast<int64_t>(a.indexed.size());
+  std::vector<int64_t> column = a.batch;
+  column.push_back(1);
+  std::vector<Value> parts;
+  for (int64_t d : a.indexed) {
+    Value wrapped = wrap_index(g, indices[static_cast<size_t>(d)], self.dims[static_cast<size_t>(d)]);
+    parts.push_back(g.reshape(broadcast_to(g, wrapped, a.batch), column));
+  }
+  a.points = concatenate(g, parts, static_cast<int64_t>(a.batch.size()));
+  return a;
+}
+
+// The permutation from the gather's [B..., rest...] layout to PyTorch's result layout.
+std::vector<int64_t> result_order(const AdvancedIndex& a) {
+  const int64_t nb = static_cast<int64_t>(a.batch.size());
+  const int64_t nr = static_cast<int64_t>(a.rest.size());
+  if (!a.adjacent) return range(0, nb + nr);
+  const int64_t before = a.indexed.front();  // rest dims that precede the indexed block
+  std::vector<int64_t> order = range(nb, nb + before);
+  for (int64_t i = 0; i < nb; ++i) order.push_back(i);
+  for (int64_t i = nb + before; i < nb + nr; ++i) order.push_back(i);
+  return order;
+}
+
+std::vector<int64_t> inverse(const std::vector<int64_t>& permutation) {
+  std::vector<int64_t> result(permutation.size());
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    result[static_cast<size_t>(permutation[i])] = static_cast<int64_t>(i);
+  }
+  return result;
+}
+
+// index.Tensor(self, Tensor?[] indices)
+std::vector<Value> lower_index(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = ctx.tensor(0);
+  const Type t = g.type(self);
+  const AdvancedIndex a = advanced_index(g, t, ctx.args.at(1).tensors);
+  if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
+  const int64_t k = static_cast<int64_t>(a.indexed.size());
+  const int64_t nb = static_cast<int64_t>(a.batch.size());
+  Value moved = g.transpose(self, a.permutation);
+  std::vector<int64_t> slice_sizes(static_cast<size_t>(k), 1), result_dims = a.batch;
+  for (int64_t d : a.rest) {
+    slice_sizes.push_back(t.dims[static_cast<size_t>(d)]);
+    result_dims.push_back(t.dims[static_cast<size_t>(d)]);
+  }
+  Value gathered = gather(g, moved, a.points, range(nb, nb + static_cast<int64_t>(a.rest.size())), range(0, k), nb,
+                          slice_sizes, result_dims);
+  return {g.reshape(g.transpose(gathered, result_order(a)), out(ctx).dims)};
+}
+
+bool is_mask(Graph& g, Value index) {
+  return index.valid() && (g.type(index).dtype == DType::kBool || g.type(index).dtype == DType::kU8);
+}
+
+// self[mask] = values with one boolean mask covering dims [d, d + mask rank): static when `values` does
+// not depend on how many elements are selected (its dim facing the selection is absent or 1), which is
+// what `x[mask] = 0` and `x[mask] += v` produce. Then it is a select over self. Returns an invalid Value
+// when the call is not of that form.
+Value masked_put(Graph& g, Value self, const std::vector<Value>& indices, Value values, bool accumulate) {
+  int64_t d = -1;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (!indices[i].valid()) continue;
+    if (d >= 0 || !is_mask(g, indices[i])) return Value{};
+    d = static_cast<int64_t>(i);
+  }
+  const Type t = g.type(self);
+  const std::vector<int64_t>& mask_dims = g.type(indices[static_cast<size_t>(d)]).dims;
+  const int64_t m = static_cast<int64_t>(mask_dims.size());
+  if (m == 0) return Value{};
+  // self[mask] is rest_before + [count] + rest_after: the rank values broadcast against.
+  const int64_t rank = t.rank() - m + 1;
+  std::vector<int64_t> v = g.type(values).dims;
+  if (static_cast<int64_t>(v.size()) > rank) return Value{};
+  v.insert(v.begin(), static_cast<size_t>(rank) - v.size(), 1);
+  if (v[static_cast<size_t>(d)] != 1) return Value{};
+  // values without the count dim, with 1s over the mask's dims, broadcast over self.
+  std::vector<int64_t> spread(v.begin(), v.begin() + d);
+  spread.insert(spread.end(), static_cast<size_t>(m), 1);
+  spread.insert(spread.end(), v.begin() + d + 1, v.end());
+  Value placed = cast_to(g, g.reshape(values, spread), t);
+  std::vector<int64_t> mask_shape(static_cast<size_t>(d), 1);
+  mask_shape.insert(mask_shape.end(), mask_dims.begin(), mask_dims.end());
+  mask_shape.insert(mask_shape.end(), static_cast<size_t>(t.rank() - d - m), 1);
+  Value mask = cast_to(g, g.reshape(indices[static_cast<size_t>(d)], mask_shape), Type{DType::kBool, t.dims});
+  if (!accumulate) return g.select(mask, placed, self);
+  Value zero = g.constant_int(0, t.dtype, t.dims);
+  return g.binary(t.dtype == DType::kBool ? "or" : "add", self, g.select(mask, placed, zero));
+}
+
+// index_put / _index_put_impl(self, Tensor?[] indices, values, accumulate[, unsafe]): values broadcast
+// to self[indices]'s shape and are scattered back (summed when accumulate; else the last write wins,
+// which PyTorch leaves unspecified for duplicate indices).
+std::vector<Value> lower_index_put(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = ctx.tensor(0);
+  const Type t = g.type(self);
+  const std::vector<Value>& indices = ctx.args.at(1).tensors;
+  const bool accumulate = !ctx.is_none(3) && ctx.boolean(3);
+  for (Value index : indices) {
+    if (!is_mask(g, index)) continue;
+    Value masked = masked_put(g, self, indices, ctx.tensor(2), accumulate);
+    if (masked.valid()) return {masked};
+    break;  // wrap_index below rejects the mask with a clear message
+  }
+  const AdvancedIndex a = advanced_index(g, t, indices);
+  const int64_t k = static_cast<int64_t>(a.indexed.size());
+  const int64_t nb = static_cast<int64_t>(a.batch.size());
+  std::vector<int64_t> gathered_dims = a.batch;  // [B..., rest...]
+  for (int64_t d : a.rest) gathered_dims.push_back(t.dims[static_cast<size_t>(d)]);
+  const std::vector<int64_t> order = result_order(a);
+  std::vector<int64_t> result_dims;  // PyTorch's layout of self[indices]
+  for (int64_t i : order) result_dims.push_back(gathered_dims[static_cast<size_t>(i)]);
+  int64_t count = 1;
+  for (int64_t d : gathered_dims) count *= d;
+  if (count == 0) return {self};
+  Value values = cast_to(g, ctx.tensor(2), Type{t.dtype, result_dims});
+  Value updates = g.transpose(values, inverse(order));
+  Value moved = g.transpose(self, a.permutation);
+  Value written = scatter(g, moved, a.points, updates, range(nb, nb + static_cast<int64_t>(a.rest.size())),
+                          range(0, k), nb, accumulate ? Combine::kAdd : Combine::kReplace);
+  return {g.transpose(written, inverse(a.permutation))};
+}
+
+}  // namespace
+
+void add_indexing_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_index_put_impl", &lower_index_put});
+  table.push_back({"aten::gather", &lower_gather});
+  table.push_back({"aten::index.Tensor", &lower_index});
+  table.push_back({"aten::index_add", &lower_index_add});
+  table.push_back({"aten::index_copy", &lower_index_copy});
+  table.push_back({"aten::index_fill.int_Scalar", &lower_index_fill_scalar});
+  table.push_back({"aten::index_fill.int_Tensor", &lower_index_fill_tensor});
+  table.push_back({"aten::index_put", &lower_index_put});
+  table.push_back({"aten::index_select", &lower_index_select});
+  table.push_back({"aten::scatter.reduce", &lower_scatter_reduce});
+  table.push_back({"aten::scatter.src", &lower_scatter_src});
+  table.push_back({"aten::scatter.value", &lower_scatter_value});
+  table.push_back({"aten::scatter.value_reduce", &lower_scatter_value_reduce});
+  table.push_back({"aten::scatter_add", &lower_scatter_add});
+  table.push_back({"aten::scatter_reduce.two", &lower_scatter_reduce_two});
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,34 @@
+// Shared pieces of the neural-network rule families (nn*.cc). Internal to lowering/.
+#pragma once
+
+#include <vector>
+
+#include "lowering/helpers.h"
+
+namespace torchtpu::lowering {
+
+// The nn family is split by domain; add_nn_rules (nn.cc) calls each part.
+void add_nn_activation_rules(std::vector<Rule>& table);
+void add_nn_norm_rules(std::vector<Rule>& table);
+void add_nn_conv_rules(std::vector<Rule>& table);
+void add_nn_pool_rules(std::vector<Rule>& table);
+
+// Reduces `x` over `dims` with `reducer` and broadcasts the result back to x's shape, so it can be
+// combined elementwise with x (the "keepdim then expand" step of softmax and the norms).
+Value reduce_keep(Graph& g, Value x, const std::vector<int64_t>& dims, ir::Reducer reducer);
+// Sum of `x` over `dims` (no broadcast back).
+Value sum_over(Graph& g, Value x, const std::vector<int64_t>& dims);
+// A floating scalar constant of x's dtype and shape.
+Value like(Graph& g, Value x, double value);
+// The dims of `x` other than `dims`, in order: where broadcast_in_dim puts a reduced value back.
+std::vector<int64_t> kept_dims(int64_t rank, const std::vector<int64_t>& dims);
+
+// Adds rows of `updates` ([K, D...] or [K]) into `base` ([W, D...] or [W]) at row indices [K, 1]
+// (stablehlo.scatter with an add region; repeated indices accumulate, out-of-range ones are dropped).
+Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates);
+
+// output_mask (bool[3]) of a backward op, where the kernel passes it as an int list; otherwise every
+// output is requested.
+std::vector<bool> output_mask(const LoweringContext& ctx, size_t i, size_t count);
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,255 @@
+// Softmax, log-softmax and the activation functions of torch.nn (gelu, silu, hardtanh, leaky_relu, elu),
+// with their backward ops.
+//
+// Everything computes in the output's "opmath" type (float32 for 16-bit floats) and rounds once, as
+// PyTorch's CPU kernels do; softmax reductions therefore accumulate in float32 for bf16/f16.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "lowering/nn.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using ir::Comparison;
+using ir::Reducer;
+
+const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
+
+DType opmath(const LoweringContext& ctx) { return accumulation_dtype(out(ctx).dtype); }
+
+// Argument i converted to the opmath type and broadcast to the output shape.
+Value operand(LoweringContext& ctx, size_t i) {
+  return cast_to(ctx.graph, ctx.tensor(i), Type{opmath(ctx), out(ctx).dims});
+}
+
+Value scalar_like(LoweringContext& ctx, double value) { return ctx.graph.constant(value, opmath(ctx), out(ctx).dims); }
+
+Value finish(LoweringContext& ctx, Value v) { return ctx.graph.convert(v, out(ctx).dtype); }
+
+// ---- softmax ----------------------------------------------------------------------------------------
+
+// The softmax dim, wrapped; a 0-d input is treated as shape [1] (PyTorch allows dim 0 / -1 there).
+int64_t softmax_dim(const LoweringContext& ctx, size_t dim_arg) {
+  const int64_t rank = std::max<int64_t>(out(ctx).rank(), 1);
+  const int64_t dim = ctx.integer(dim_arg);
+  return dim < 0 ? dim + rank : dim;
+}
+
+// Argument i in opmath, reshaped to at least 1-d so a 0-d input has a dim to reduce over.
+Value softmax_operand(LoweringContext& ctx, size_t i) {
+  Graph& g = ctx.graph;
+  Value x = g.convert(ctx.tensor(i), opmath(ctx));
+  return g.type(x).rank() == 0 ? g.reshape(x, {1}) : x;
+}
+
+Value softmax_result(LoweringContext& ctx, Value v) { return ctx.graph.reshape(finish(ctx, v), out(ctx).dims); }
+
+// x - max(x): exp of it cannot overflow, the standard numerically stable form.
+Value shifted(Graph& g, Value x, int64_t dim) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Type t = g.type(x);
+  Value m = g.broadcast_in_dim(g.reduce(x, g.constant(-inf, t.dtype), {dim}, Reducer::kMax), t.dims,
+                               kept_dims(t.rank(), {dim}));
+  return g.binary("subtract", x, m);
+}
+
+// _softmax(self, dim, half_to_float); the output dtype (float32 when half_to_float) comes from the meta kernel.
+std::vector<Value> lower_softmax(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const int64_t dim = softmax_dim(ctx, 1);
+  Value e = g.unary("exponential", shifted(g, softmax_operand(ctx, 0), dim));
+  return {softmax_result(ctx, g.binary("divide", e, reduce_keep(g, e, {dim}, Reducer::kAdd)))};
+}
+
+// _log_softmax(self, dim, half_to_float): (x - max) - log(sum(exp(x - max))).
+std::vector<Value> lower_log_softmax(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const int64_t dim = softmax_dim(ctx, 1);
+  Value s = shifted(g, softmax_operand(ctx, 0), dim);
+  Value log_sum = g.unary("log", reduce_keep(g, g.unary("exponential", s), {dim}, Reducer::kAdd));
+  return {softmax_result(ctx, g.binary("subtract", s, log_sum))};
+}
+
+// _softmax_backward_data(grad_output, output, dim, input_dtype): y * (grad - sum(grad * y)).
+std::vector<Value> lower_softmax_backward_data(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const int64_t dim = softmax_dim(ctx, 2);
+  Value grad = softmax_operand(ctx, 0);
+  Value y = softmax_operand(ctx, 1);
+  Value dot = reduce_keep(g, g.binary("multiply", grad, y), {dim}, Reducer::kAdd);
+  return {softmax_result(ctx, g.binary("multiply", y, g.binary("subtract", grad, dot)))};
+}
+
+// _log_softmax_backward_data(grad_output, output, dim, input_dtype): grad - exp(y) * sum(grad).
+std::vector<Value> lower_log_softmax_backward_data(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const int64_t dim = softmax_dim(ctx, 2);
+  Value grad = softmax_operand(ctx, 0);
+  Value y = softmax_operand(ctx, 1);
+  Value total = reduce_keep(g, grad, {dim}, Reducer::kAdd);
+  return {softmax_result(ctx, g.binary("subtract", grad, g.binary("multiply", g.unary("exponential", y), total)))};
+}
+
+// ---- gelu -------------------------------------------------------------------------------------------
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;    // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2*pi)
+constexpr double kTanhBeta = 0.79788456080286535588;    // sqrt(2/pi)
+constexpr double kTanhKappa = 0.044715;
+
+bool tanh_approximation(const LoweringContext& ctx, size_t i) { return !ctx.is_none(i) && ctx.text(i) == "tanh"; }
+
+// tanh(sqrt(2/pi) * (x + 0.044715 x^3)), the inner term of the tanh approximation.
+Value gelu_tanh_inner(LoweringContext& ctx, Value x) {
+  Graph& g = ctx.graph;
+  Value cube = g.binary("multiply", g.binary("multiply", x, x), x);
+  Value inner = g.binary("add", x, g.binary("multiply", scalar_like(ctx, kTanhKappa), cube));
+  return g.unary("tanh", g.binary("multiply", scalar_like(ctx, kTanhBeta), inner));
+}
+
+// Phi(x) = 0.5 * (1 + erf(x / sqrt(2))); erf is a CHLO op the plugin expands.
+Value normal_cdf(LoweringContext& ctx, Value x) {
+  Graph& g = ctx.graph;
+  const Type t = g.type(x);
+  Value erf = g.chlo("erf", {g.binary("multiply", x, scalar_like(ctx, kSqrt1_2))}, t);
+  return g.binary("multiply", scalar_like(ctx, 0.5), g.binary("add", scalar_like(ctx, 1), erf));
+}
+
+// gelu(self, *, approximate): x * Phi(x), or 0.5 x (1 + tanh(...)).
+std::vector<Value> lower_gelu(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  if (tanh_approximation(ctx, 1)) {
+    Value half_x = g.binary("multiply", scalar_like(ctx, 0.5), x);
+    return {finish(ctx, g.binary("multiply", half_x, g.binary("add", scalar_like(ctx, 1), gelu_tanh_inner(ctx, x))))};
+  }
+  return {finish(ctx, g.binary("multiply", x, normal_cdf(ctx, x)))};
+}
+
+// gelu_backward(grad_output, self, *, approximate), the derivative PyTorch's kernels use.
+std::vector<Value> lower_gelu_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value grad = operand(ctx, 0);
+  Value x = operand(ctx, 1);
+  Value slope;
+  if (tanh_approximation(ctx, 2)) {
+    // d/dx [0.5 x (1 + t)] = 0.5 (1 + t) + 0.5 x (1 - t^2) * beta (1 + 3 kappa x^2)
+    Value t = gelu_tanh_inner(ctx, x);
+    Value left = g.binary("multiply", scalar_like(ctx, 0.5), g.binary("add", scalar_like(ctx, 1), t));
+    Value sech2 = g.binary("subtract", scalar_like(ctx, 1), g.binary("multiply", t, t));
+    Value inner_slope = g.binary("multiply", scalar_like(ctx, kTanhBeta),
+                                 g.binary("add", scalar_like(ctx, 1),
+                                          g.binary("multiply", scalar_like(ctx, 3 * kTanhKappa), g.binary("multiply", x, x))));
+    Value right = g.binary("multiply", g.binary("multiply", scalar_like(ctx, 0.5), x), g.binary("multiply", sech2, inner_slope));
+    slope = g.binary("add", left, right);
+  } else {
+    // Phi(x) + x * phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+    Value pdf = g.binary("multiply", scalar_like(ctx, kInvSqrt2Pi),
+                         g.unary("exponential", g.binary("multiply", scalar_like(ctx, -0.5), g.binary("multiply", x, x))));
+    slope = g.binary("add", normal_cdf(ctx, x), g.binary("multiply", x, pdf));
+  }
+  return {finish(ctx, g.binary("multiply", grad, slope))};
+}
+
+// ---- silu, hardtanh, leaky_relu, elu ----------------------------------------------------------------
+
+std::vector<Value> lower_silu(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  return {finish(ctx, g.binary("multiply", x, g.unary("logistic", x)))};
+}
+
+// silu_backward(grad_output, self): grad * s * (1 + x (1 - s)), s = sigmoid(x).
+std::vector<Value> lower_silu_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 1);
+  Value s = g.unary("logistic", x);
+  Value slope = g.binary("multiply", s,
+                         g.binary("add", scalar_like(ctx, 1), g.binary("multiply", x, g.binary("subtract", scalar_like(ctx, 1), s))));
+  return {finish(ctx, g.binary("multiply", operand(ctx, 0), slope))};
+}
+
+// hardtanh(self, min_val, max_val): clamp; minimum/maximum propagate NaN as torch.clamp does.
+std::vector<Value> lower_hardtanh(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = g.binary("maximum", operand(ctx, 0), scalar_like(ctx, ctx.real(1)));
+  return {finish(ctx, g.binary("minimum", x, scalar_like(ctx, ctx.real(2))))};
+}
+
+// hardtanh_backward(grad_output, self, min_val, max_val): grad strictly inside (min, max), else 0.
+std::vector<Value> lower_hardtanh_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 1);
+  Value inside = g.binary("and", g.compare(x, scalar_like(ctx, ctx.real(2)), Comparison::kGT),
+                          g.compare(x, scalar_like(ctx, ctx.real(3)), Comparison::kLT));
+  return {finish(ctx, g.select(inside, operand(ctx, 0), scalar_like(ctx, 0)))};
+}
+
+// leaky_relu(self, negative_slope)
+std::vector<Value> lower_leaky_relu(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  Value positive = g.compare(x, scalar_like(ctx, 0), Comparison::kGT);
+  return {finish(ctx, g.select(positive, x, g.binary("multiply", x, scalar_like(ctx, ctx.real(1)))))};
+}
+
+// leaky_relu_backward(grad_output, self, negative_slope, self_is_result): self and result share signs.
+std::vector<Value> lower_leaky_relu_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value grad = operand(ctx, 0);
+  Value positive = g.compare(operand(ctx, 1), scalar_like(ctx, 0), Comparison::kGT);
+  return {finish(ctx, g.select(positive, grad, g.binary("multiply", grad, scalar_like(ctx, ctx.real(2)))))};
+}
+
+// elu(self, alpha, scale, input_scale): x > 0 ? scale x : alpha scale (exp(input_scale x) - 1).
+std::vector<Value> lower_elu(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  const double alpha = ctx.real(1), scale = ctx.real(2), input_scale = ctx.real(3);
+  Value negative = g.binary("multiply", scalar_like(ctx, alpha * scale),
+                            g.unary("exponential_minus_one", g.binary("multiply", x, scalar_like(ctx, input_scale))));
+  Value positive = g.binary("multiply", x, scalar_like(ctx, scale));
+  return {finish(ctx, g.select(g.compare(x, scalar_like(ctx, 0), Comparison::kGT), positive, negative))};
+}
+
+// elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result), as PyTorch's kernel.
+std::vector<Value> lower_elu_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value grad = operand(ctx, 0);
+  const double alpha = ctx.real(1), scale = ctx.real(2), input_scale = ctx.real(3);
+  Value v = operand(ctx, 5);
+  Value negative_slope;
+  if (ctx.boolean(4)) {
+    // From the result y = alpha scale (exp(s x) - 1): dy/dx = s (y + alpha scale).
+    negative_slope = g.binary("multiply", scalar_like(ctx, input_scale), g.binary("add", v, scalar_like(ctx, alpha * scale)));
+  } else {
+    negative_slope = g.binary("multiply", scalar_like(ctx, input_scale * alpha * scale),
+                              g.unary("exponential", g.binary("multiply", v, scalar_like(ctx, input_scale))));
+  }
+  Value non_positive = g.compare(v, scalar_like(ctx, 0), Comparison::kLE);
+  Value slope = g.select(non_positive, negative_slope, scalar_like(ctx, scale));
+  return {finish(ctx, g.binary("multiply", grad, slope))};
+}
+
+}  // namespace
+
+void add_nn_activation_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_log_softmax", &lower_log_softmax});
+  table.push_back({"aten::_log_softmax_backward_data", &lower_log_softmax_backward_data});
+  table.push_back({"aten::_softmax", &lower_softmax});
+  table.push_back({"aten::_softmax_backward_data", &lower_softmax_backward_data});
+  table.push_back({"aten::elu", &lower_elu});
+  table.push_back({"aten::elu_backward", &lower_elu_backward});
+  table.push_back({"aten::gelu", &lower_gelu});
+  table.push_back({"aten::gelu_backward", &lower_gelu_backward});
+  table.push_back({"aten::hardtanh", &lower_hardtanh});
+  table.push_back({"aten::hardtanh_backward", &lower_hardtanh_backward});
+  table.push_back({"aten::leaky_relu", &lower_leaky_relu});
+  table.push_back({"aten::leaky_relu_backward", &lower_leaky_relu_backward});
+  table.push_back({"aten::silu", &lower_silu});
+  table.push_back({"aten::silu_backward", &lower_silu_backward});
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,265 @@
+// Shape ops that produce a new tensor (not a view): cat, padding, flip, roll, tril/triu, repeat, the
+// *_scatter family that functionalization emits for writes through views, and masked_fill.
+//
+// Every output shape and dtype comes from PyTorch's meta kernel (ctx.outputs), which has already checked
+// the arguments; the rules only emit.
+#include <algorithm>
+#include <numeric>
+
+#include "lowering/helpers.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using ir::Comparison;
+
+const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
+
+int64_t wrap_dim(int64_t dim, int64_t rank) {
+  if (rank == 0) return 0;
+  return dim < 0 ? dim + rank : dim;
+}
+
+// A Scalar argument as a constant of `dtype`: integers stay exact (ctx.real would round large int64s).
+Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::vector<int64_t>& dims) {
+  if (is_floating(dtype)) return ctx.graph.constant(ctx.real(i), dtype, dims);
+  if (dtype == DType::kBool) return ctx.graph.constant_int(ctx.real(i) != 0, dtype, dims);
+  return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
+}
+
+Value concatenate(Graph& g, const std::vector<Value>& parts, int64_t dim) {
+  if (parts.size() == 1) return parts[0];
+  Type result = g.type(parts[0]);
+  result.dims[static_cast<size_t>(dim)] = 0;
+  for (Value v : parts) result.dims[static_cast<size_t>(dim)] += g.type(v).dims[static_cast<size_t>(dim)];
+  return g.op("concatenate", parts, result, "dimension = " + std::to_string(dim) + " : i64");
+}
+
+// broadcast_in_dim with `positions` in any order: XLA wants them increasing, so the operand's dims are
+// first transposed into that order.
+Value broadcast_unordered(Graph& g, Value x, const std::vector<int64_t>& dims, std::vector<int64_t> positions) {
+  std::vector<int64_t> order(positions.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return positions[a] < positions[b]; });
+  std::sort(positions.begin(), positions.end());
+  return g.broadcast_in_dim(g.transpose(x, order), dims, positions);
+}
+
+// Slice of `x` along one dim, [start, limit).
+Value slice_dim(Graph& g, Value x, int64_t dim, int64_t start, int64_t limit) {
+  const Type& t = g.type(x);
+  std::vector<int64_t> starts(t.dims.size(), 0), limits = t.dims, strides(t.dims.size(), 1);
+  starts[static_cast<size_t>(dim)] = start;
+  limits[static_cast<size_t>(dim)] = limit;
+  return g.slice(x, starts, limits, strides);
+}
+
+// cat(Tensor[] tensors, int dim). Legacy rule kept by PyTorch: 1-d tensors of size 0 are skipped whatever
+// the other inputs' rank. Inputs are promoted to the output dtype.
+std::vector<Value> lower_cat(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const int64_t dim = wrap_dim(ctx.integer(1), out(ctx).rank());
+  std::vector<Value> parts;
+  for (Value v : ctx.args.at(0).tensors) {
+    const Type& t = g.type(v);
+    if (t.numel() == 0) continue;  // contributes nothing (and covers the skipped legacy 1-d empties)
+    parts.push_back(g.convert(v, out(ctx).dtype));
+  }
+  if (parts.empty()) return {g.constant_int(0, out(ctx).dtype, out(ctx).dims)};
+  return {concatenate(g, parts, dim)};
+}
+
+// constant_pad_nd(self, pad[], value): pad pairs start at the last dim. StableHLO's pad takes negative
+// edge padding as slicing, which is exactly PyTorch's meaning of a negative pad.
+std::vector<Value> lower_constant_pad_nd(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type& t = g.type(x);
+  const std::vector<int64_t>& pad = ctx.ints(1);
+  std::vector<int64_t> low(t.dims.size(), 0), high(t.dims.size(), 0);
+  for (size_t k = 0; 2 * k + 1 < pad.size(); ++k) {
+    const size_t d = t.dims.size() - 1 - k;
+    low[d] = pad[2 * k];
+    high[d] = pad[2 * k + 1];
+  }
+  Value value = ctx.is_none(2) ? g.constant_int(0, t.dtype) : scalar_constant(ctx, 2, t.dtype, {});
+  return {g.pad(x, value, low, high)};
+}
+
+std::vector<Value> lower_flip(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  std::vector<int64_t> dims;
+  for (int64_t d : ctx.ints(1)) dims.push_back(wrap_dim(d, g.type(x).rank()));
+  if (dims.empty() || g.type(x).rank() == 0) return {x};
+  return {g.op("reverse", {x}, g.type(x), "dimensions = " + ir::dense_i64_array(dims))};
+}
+
+// Rotates `x` by `shift` along `dim`: the last `shift` elements move to the front.
+Value roll_dim(Graph& g, Value x, int64_t shift, int64_t dim) {
+  const int64_t n = g.type(x).dims[static_cast<size_t>(dim)];
+  if (n == 0) return x;
+  const int64_t s = ((shift % n) + n) % n;
+  if (s == 0) return x;
+  return concatenate(g, {slice_dim(g, x, dim, n - s, n), slice_dim(g, x, dim, 0, n - s)}, dim);
+}
+
+// roll(self, shifts[], dims[]): with no dims, over the flattened tensor.
+std::vector<Value> lower_roll(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type t = g.type(x);
+  const std::vector<int64_t>& shifts = ctx.ints(1);
+  const std::vector<int64_t>& dims = ctx.ints(2);
+  if (dims.empty()) {
+    Value flat = roll_dim(g, g.reshape(x, {t.numel()}), shifts.at(0), 0);
+    return {g.reshape(flat, t.dims)};
+  }
+  for (size_t i = 0; i < dims.size(); ++i) x = roll_dim(g, x, shifts.at(i), wrap_dim(dims[i], t.rank()));
+  return {x};
+}
+
+// tril/triu(self, diagonal): keeps elements with (col - row) <= diagonal (tril) or >= diagonal (triu)
+// over the last two dims.
+std::vector<Value> triangle(LoweringContext& ctx, Comparison keep) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type& t = g.type(x);
+  const Type index{DType::kI64, t.dims};
+  Value offset = g.binary("subtract", g.iota(index, t.rank() - 1), g.iota(index, t.rank() - 2));
+  Value diagonal = g.constant_int(ctx.is_none(1) ? 0 : ctx.integer(1), DType::kI64, t.dims);
+  Value inside = g.compare(offset, diagonal, keep);
+  return {g.select(inside, x, g.constant_int(0, t.dtype, t.dims))};
+}
+std::vector<Value> lower_tril(LoweringContext& ctx) { return triangle(ctx, Comparison::kLE); }
+std::vector<Value> lower_triu(LoweringContext& ctx) { return triangle(ctx, Comparison::kGE); }
+
+// repeat(self, repeats[]): broadcast to [r0, d0, r1, d1, ...] and merge each pair, one program instead
+// of PyTorch's expand + copy decomposition.
+std::vector<Value> lower_repeat(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type& t = g.type(x);
+  const std::vector<int64_t>& repeats = ctx.ints(1);
+  std::vector<int64_t> padded(repeats.size() - t.dims.size(), 1);
+  padded.insert(padded.end(), t.dims.begin(), t.dims.end());
+  std::vector<int64_t> pairs, positions;
+  for (size_t i = 0; i < repeats.size(); ++i) {
+    pairs.push_back(repeats[i]);
+    pairs.push_back(padded[i]);
+    positions.push_back(static_cast<int64_t>(2 * i + 1));
+  }
+  Value spread = g.broadcast_in_dim(g.reshape(x, padded), pairs, positions);
+  return {g.reshape(spread, out(ctx).dims)};
+}
+
+// `self` with `src` placed along `dim` at start, start + step, ...: `src` is padded into place (interior
+// padding spaces it by `step`) and selected by a mask padded the same way.
+Value embed(Graph& g, Value self, Value src, int64_t dim, int64_t start, int64_t step) {
+  const Type& t = g.type(self);
+  src = g.convert(src, t.dtype);
+  const Type& s = g.type(src);
+  const int64_t count = s.dims[static_cast<size_t>(dim)];
+  if (count == 0 || s.numel() == 0) return self;
+  std::vector<int64_t> low(t.dims.size(), 0), high(t.dims.size(), 0), interior(t.dims.size(), 0);
+  low[static_cast<size_t>(dim)] = start;
+  high[static_cast<size_t>(dim)] = t.dims[static_cast<size_t>(dim)] - (start + (count - 1) * step + 1);
+  interior[static_cast<size_t>(dim)] = step - 1;
+  const std::string attributes = "edge_padding_low = " + ir::dense_i64_array(low) +
+                                 ", edge_padding_high = " + ir::dense_i64_array(high) +
+                                 ", interior_padding = " + ir::dense_i64_array(interior);
+  Value placed = g.op("pad", {src, g.constant_int(0, t.dtype)}, t, attributes);
+  Value mask = g.op("pad", {g.constant_int(1, DType::kBool, s.dims), g.constant_int(0, DType::kBool)},
+                    Type{DType::kBool, t.dims}, attributes);
+  return g.select(mask, placed, self);
+}
+
+// slice_scatter(self, src, dim, start?, end?, step): bounds normalized as Tensor.slice does.
+std::vector<Value> lower_slice_scatter(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = ctx.tensor(0);
+  const Type& t = g.type(self);
+  const int64_t dim = wrap_dim(ctx.integer(2), t.rank());
+  const int64_t n = t.dims[static_cast<size_t>(dim)];
+  int64_t start = ctx.is_none(3) ? 0 : ctx.integer(3);
+  if (start < 0) start += n;
+  start = std::min(std::max<int64_t>(start, 0), n);
+  const int64_t step = ctx.is_none(5) ? 1 : ctx.integer(5);
+  return {embed(g, self, ctx.tensor(1), dim, start, step)};
+}
+
+// select_scatter(self, src, dim, index): src lacks `dim`; it goes back in as a size-1 slice.
+std::vector<Value> lower_select_scatter(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = ctx.tensor(0);
+  const Type& t = g.type(self);
+  const int64_t dim = wrap_dim(ctx.integer(2), t.rank());
+  int64_t index = ctx.integer(3);
+  if (index < 0) index += t.dims[static_cast<size_t>(dim)];
+  std::vector<int64_t> dims = t.dims;
+  dims[static_cast<size_t>(dim)] = 1;
+  return {embed(g, self, g.reshape(ctx.tensor(1), dims), dim, index, 1)};
+}
+
+// diagonal_scatter(self, src, offset, dim1, dim2): src is [other dims..., L]. Element k of the diagonal
+// sits at row k (offset >= 0) or column k (offset < 0), so src is laid along that dim, padded to its
+// length and broadcast over the other; a mask (col - row == offset) picks the diagonal.
+std::vector<Value> lower_diagonal_scatter(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = ctx.tensor(0);
+  const Type& t = g.type(self);
+  Value src = g.convert(ctx.tensor(1), t.dtype);
+  const Type s = g.type(src);
+  if (s.numel() == 0) return {self};
+  const int64_t offset = ctx.integer(2);
+  const int64_t dim1 = wrap_dim(ctx.integer(3), t.rank());
+  const int64_t dim2 = wrap_dim(ctx.integer(4), t.rank());
+  const int64_t along = offset >= 0 ? dim1 : dim2;
+  std::vector<int64_t> low(s.dims.size(), 0), high(s.dims.size(), 0);
+  high.back() = t.dims[static_cast<size_t>(along)] - s.dims.back();
+  Value padded = g.pad(src, g.constant_int(0, t.dtype), low, high);
+  std::vector<int64_t> positions;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (d != dim1 && d != dim2) positions.push_back(d);
+  }
+  positions.push_back(along);
+  Value spread = broadcast_unordered(g, padded, t.dims, positions);
+  const Type index{DType::kI64, t.dims};
+  Value difference = g.binary("subtract", g.iota(index, dim2), g.iota(index, dim1));
+  Value on_diagonal = g.compare(difference, g.constant_int(offset, DType::kI64, t.dims), Comparison::kEQ);
+  return {g.select(on_diagonal, spread, self)};
+}
+
+// masked_fill.Scalar / masked_fill.Tensor(self, mask, value): the mask broadcasts to self.
+std::vector<Value> lower_masked_fill_scalar(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  Value mask = cast_to(g, ctx.tensor(1), Type{DType::kBool, t.dims});
+  return {g.select(mask, scalar_constant(ctx, 2, t.dtype, t.dims), cast_to(g, ctx.tensor(0), t))};
+}
+
+std::vector<Value> lower_masked_fill_tensor(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  Value mask = cast_to(g, ctx.tensor(1), Type{DType::kBool, t.dims});
+  return {g.select(mask, cast_to(g, ctx.tensor(2), t), cast_to(g, ctx.tensor(0), t))};
+}
+
+}  // namespace
+
+void add_shape_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::cat", &lower_cat});
+  table.push_back({"aten::constant_pad_nd", &lower_constant_pad_nd});
+  table.push_back({"aten::diagonal_scatter", &lower_diagonal_scatter});
+  table.push_back({"aten::flip", &lower_flip});
+  table.push_back({"aten::masked_fill.Scalar", &lower_masked_fill_scalar});
+  table.push_back({"aten::masked_fill.Tensor", &lower_masked_fill_tensor});
+  table.push_back({"aten::repeat", &lower_repeat});
+  table.push_back({"aten::roll", &lower_roll});
+  table.push_back({"aten::select_scatter", &lower_select_scatter});
+  table.push_back({"aten::slice_scatter", &lower_slice_scatter});
+  table.push_back({"aten::tril", &lower_tril});
+  table.push_back({"aten::triu", &lower_triu});
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,331 @@
+"""torch.nn.functional ops on tpu against CPU PyTorch: forward values and autograd gradients, and no CPU
+fallback for the ops lowered in csrc/lowering/nn*.cc.
+
+Tolerances: float32 rtol=1e-5/atol=1e-5 (convolutions: atol=1e-4, they sum up to a few hundred products
+in a different order); bfloat16 rtol=atol=2e-2 (both sides round to bf16, but tpu accumulates in float32
+where CPU's kernels sometimes round intermediate results). Integer results (pooling indices) are exact.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import torchtpu
+from torchtpu.metrics import fallback_ops
+
+F32 = dict(rtol=1e-5, atol=1e-5)
+CONV = dict(rtol=1e-5, atol=1e-4)
+BF16 = dict(rtol=2e-2, atol=2e-2)
+
+def run_both(fn, args, grad_args, dtype):
+    """fn on CPU and on tpu copies of args; returns (cpu_out, tpu_out, cpu_grads, tpu_grads)."""
+    def prepare(device):
+        prepared = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                a = a.to(dtype) if a.is_floating_point() else a
+                a = a.detach().to(device)
+                if i in grad_args:
+                    a.requires_grad_()
+            prepared.append(a)
+        return prepared
+
+    cpu_args, tpu_args = prepare("cpu"), prepare("tpu")
+    torchtpu.reset_metrics()
+    expected, actual = fn(*cpu_args), fn(*tpu_args)
+    grads = ([], [])
+    if grad_args:
+        upstream = torch.randn(expected.shape).to(expected.dtype)
+        expected.backward(upstream)
+        actual.backward(upstream.to("tpu"))
+        grads = ([cpu_args[i].grad for i in grad_args], [tpu_args[i].grad for i in grad_args])
+    return expected, actual, grads
+
+
+def check(fn, args, grad_args=(), dtype=torch.float32, tol=None):
+    tol = tol or (F32 if dtype == torch.float32 else BF16)
+    expected, actual, (cpu_grads, tpu_grads) = run_both(fn, args, grad_args, dtype)
+    assert actual.device.type == "tpu"
+    assert_close(actual.cpu(), expected, **tol)
+    for e, a in zip(cpu_grads, tpu_grads):
+        assert a.device.type == "tpu"
+        assert_close(a.cpu(), e, **tol)
+    assert not fallback_ops(), f"CPU fallbacks: {fallback_ops()}"
+
+
+def randn(*shape):
+    return torch.randn(shape)
+
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+# ---- softmax ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax(fn, dim, dtype):
+    check(lambda x: fn(x, dim=dim), [randn(4, 5, 6) * 5], (0,), dtype)
+
+
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_half_to_float(fn):
+    # dtype=float32 on a bf16 input computes in float32 and returns float32 (half_to_float).
+    check(lambda x: fn(x, dim=-1, dtype=torch.float32), [randn(3, 7)], (0,), torch.bfloat16)
+
+
+def test_softmax_large_and_masked_values():
+    x = randn(3, 6) * 100
+    x[0, :3] = float("-inf")
+    check(lambda t: F.softmax(t, dim=1), [x], (0,))
+    check(lambda t: F.log_softmax(t, dim=1), [x])
+
+
+def test_softmax_0d():
+    check(lambda t: F.softmax(t, dim=0), [torch.tensor(1.5)], (0,))
+
+
+# ---- activations --------------------------------------------------------------------------------------
+
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "hardtanh": F.hardtanh,
+    "hardtanh_range": lambda x: F.hardtanh(x, -0.5, 2.0),
+    "relu6": F.relu6,
+    "leaky_relu": F.leaky_relu,
+    "leaky_relu_slope": lambda x: F.leaky_relu(x, 0.2),
+    "elu": F.elu,
+    "selu": F.selu,
+    "celu": lambda x: F.celu(x, 0.7),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activation(name, dtype):
+    check(ACTIVATIONS[name], [randn(5, 8) * 3], (0,), dtype)
+
+
+def test_inplace_activations():
+    check(lambda x: F.leaky_relu(x.clone(), 0.1, inplace=True), [randn(4, 4)])
+    check(lambda x: F.hardtanh(x.clone(), inplace=True), [randn(4, 4) * 2])
+    check(lambda x: F.silu(x.clone(), inplace=True), [randn(4, 4)])
+    # elu_(inplace) differentiates through the result (elu_backward with is_result=True).
+    check(lambda x: F.elu(x * 1, inplace=True), [randn(4, 4)], (0,))
+
+
+# ---- normalization ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(affine, dtype):
+    weight, bias = (randn(4, 5), randn(4, 5)) if affine else (None, None)
+    grads = (0, 1, 2) if affine else (0,)
+    check(lambda x, w, b: F.layer_norm(x, [4, 5], w, b), [randn(3, 4, 5) * 2 + 1, weight, bias], grads, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm(affine, dtype):
+    weight, bias = (randn(6), randn(6)) if affine else (None, None)
+    grads = (0, 1, 2) if affine else (0,)
+    check(lambda x, w, b: F.group_norm(x, 3, w, b), [randn(2, 6, 4, 3) * 2 + 1, weight, bias], grads, dtype)
+
+
+def test_norm_forward_has_no_fallback():
+    check(lambda x, w, b: F.layer_norm(x, [5], w, b), [randn(3, 5), randn(5), randn(5)])
+    check(lambda x, w, b: F.group_norm(x, 2, w, b), [randn(2, 4, 6), randn(4), randn(4)])
+
+
+# ---- losses and embedding -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss(reduction, weighted):
+    target = torch.tensor([0, 3, 1, 3, 2, 4])
+    weight = torch.rand(5) + 0.1 if weighted else None
+    check(lambda x, t, w: F.nll_loss(x, t, w, ignore_index=1, reduction=reduction),
+          [randn(6, 5).log_softmax(1), target, weight], (0,))
+
+
+def test_nll_loss_unbatched_and_ignore_outside_classes():
+    check(lambda x, t: F.nll_loss(x, t), [randn(5), torch.tensor(2)], (0,))
+    check(lambda x, t: F.nll_loss(x, t), [randn(4, 5), torch.tensor([0, -100, 4, 2])], (0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy(dtype):
+    check(lambda x, t: F.cross_entropy(x, t), [randn(8, 10) * 3, torch.randint(0, 10, (8,))], (0,), dtype)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_2d(reduction):
+    # [N, C, H, W] input: nll_loss2d_forward / nll_loss2d_backward.
+    check(lambda x, t: F.cross_entropy(x, t, reduction=reduction, ignore_index=2),
+          [randn(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4))], (0,))
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("scale_grad_by_freq", [False, True])
+def test_embedding(padding_idx, scale_grad_by_freq):
+    indices = torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]])
+    check(lambda i, w: F.embedding(i, w, padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq),
+          [indices, randn(10, 3)], (1,))
+
+
+def test_embedding_bf16():
+    check(lambda i, w: F.embedding(i, w), [torch.randint(0, 6, (5, 3)), randn(6, 4)], (1,), torch.bfloat16)
+
+
+# ---- convolution --------------------------------------------------------------------------------------
+
+CONVS = {
+    "conv1d": (lambda x, w, b: F.conv1d(x, w, b, stride=3, padding=2), (2, 3, 17), (5, 3, 4)),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), (2, 3, 9, 8), (4, 3, 3, 3)),
+    "conv2d_dilated_grouped": (lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2),
+                               (2, 4, 9, 8), (6, 2, 3, 2)),
+    "conv3d": (lambda x, w, b: F.conv3d(x, w, b, stride=2, padding=1), (1, 2, 5, 6, 4), (3, 2, 3, 3, 3)),
+    "conv_transpose1d": (lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1), (2, 3, 7), (3, 4, 3)),
+    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2,
+                                                            dilation=2), (2, 4, 5, 6), (4, 3, 3, 3)),
+}
+
+
+def conv_bias(weight_shape, transposed):
+    return randn(weight_shape[1] * (2 if transposed else 1)) if transposed else randn(weight_shape[0])
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_convolution_forward(name):
+    fn, x_shape, w_shape = CONVS[name]
+    out_channels = fn(randn(*x_shape), randn(*w_shape), None).shape[1]
+    check(fn, [randn(*x_shape), randn(*w_shape), randn(out_channels)], (), tol=CONV)
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_convolution_backward(name):
+    # Every gradient requested: output_mask is all true.
+    fn, x_shape, w_shape = CONVS[name]
+    out_channels = fn(randn(*x_shape), randn(*w_shape), None).shape[1]
+    check(fn, [randn(*x_shape), randn(*w_shape), randn(out_channels)], (0, 1, 2), tol=CONV)
+
+
+def test_convolution_bf16():
+    # Against CPU float32 on the same bf16-rounded inputs: tpu accumulates bf16 convolutions in float32
+    # and rounds once, so it agrees with float32 to bf16 precision (CPU's bf16 kernel rounds more often).
+    fn, x_shape, w_shape = CONVS["conv2d"]
+    args = [randn(*x_shape).bfloat16(), randn(*w_shape).bfloat16(), randn(4).bfloat16()]
+    torch.manual_seed(1)  # the same upstream gradient for both runs
+    expected, _, (cpu_grads, _) = run_both(fn, [a.float() for a in args], (0, 1, 2), torch.float32)
+    torch.manual_seed(1)
+    _, actual_bf16, (_, tpu_grads_bf16) = run_both(fn, args, (0, 1, 2), torch.bfloat16)
+    assert actual_bf16.dtype == torch.bfloat16
+    assert_close(actual_bf16.cpu().float(), expected, **BF16)
+    for e, a in zip(cpu_grads, tpu_grads_bf16):
+        assert_close(a.cpu().float(), e, rtol=2e-2, atol=5e-2)
+
+
+def test_convolution_backward_partial_mask():
+    # No bias and an input without grad: output_mask = [False, True, False].
+    check(lambda x, w: F.conv2d(x, w), [randn(2, 3, 8, 8), randn(4, 3, 3, 3)], (1,), tol=CONV)
+
+
+# ---- pooling ------------------------------------------------------------------------------------------
+
+POOLS = {
+    "max": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "max_ceil_dilated": lambda x: F.max_pool2d(x, (3, 2), (2, 2), (1, 0), dilation=(1, 2), ceil_mode=True),
+    "avg": lambda x: F.avg_pool2d(x, 3, 2, 1),
+    "avg_ceil_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "avg_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(POOLS))
+def test_pool2d(name, dtype):
+    check(POOLS[name], [randn(2, 3, 10, 9)], (0,), dtype)
+
+
+def test_pool2d_unbatched():
+    check(POOLS["max"], [randn(3, 8, 8)], (0,))
+    check(POOLS["avg"], [randn(3, 8, 8)], (0,))
+
+
+# ---- batch norm -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_training_updates_running_stats(affine):
+    torch.manual_seed(0)
+    cpu_bn = torch.nn.BatchNorm2d(4, affine=affine)
+    tpu_bn = torch.nn.BatchNorm2d(4, affine=affine).to("tpu")
+    tpu_bn.load_state_dict(cpu_bn.state_dict())
+    x = randn(8, 4, 5, 5) * 3 + 1
+    x_cpu, x_tpu = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    weights = torch.arange(5.0)
+    torchtpu.reset_metrics()
+    for bn, inp in ((cpu_bn, x_cpu), (tpu_bn, x_tpu)):
+        for _ in range(2):
+            (bn(inp) * weights.to(inp.device)).sum().backward()
+    assert not fallback_ops()
+    assert_close(tpu_bn.running_mean.cpu(), cpu_bn.running_mean)
+    assert_close(tpu_bn.running_var.cpu(), cpu_bn.running_var)
+    assert tpu_bn.num_batches_tracked.item() == 2
+    assert_close(x_tpu.grad.cpu(), x_cpu.grad, rtol=1e-4, atol=1e-5)
+    if affine:
+        assert_close(tpu_bn.weight.grad.cpu(), cpu_bn.weight.grad, rtol=1e-4, atol=1e-5)
+        assert_close(tpu_bn.bias.grad.cpu(), cpu_bn.bias.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_eval_uses_running_stats():
+    torch.manual_seed(0)
+    cpu_bn = torch.nn.BatchNorm1d(3)
+    cpu_bn.running_mean.uniform_(-1, 1)
+    cpu_bn.running_var.uniform_(0.5, 2)
+    cpu_bn.eval()
+    tpu_bn = torch.nn.BatchNorm1d(3).to("tpu").eval()
+    tpu_bn.load_state_dict(cpu_bn.state_dict())
+    check(lambda x: tpu_bn(x) if x.device.type == "tpu" else cpu_bn(x), [randn(6, 3)], (0,))
+
+
+def test_max_pool2d_indices():
+    x = randn(2, 3, 9, 8)
+    x[0, 0, :3, :3] = 1.0  # ties: the first maximum wins, as on CPU
+    expected = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    actual = F.max_pool2d(x.to("tpu"), 3, 2, 1, return_indices=True)
+    assert_close(actual[0].cpu(), expected[0])
+    assert actual[1].dtype == torch.int64
+    assert torch.equal(actual[1].cpu(), expected[1])
+
+
+# ---- a small CNN step ---------------------------------------------------------------------------------
+
+def test_cnn_training_step():
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.fc = torch.nn.Linear(4 * 4 * 4, 5)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.gelu(self.conv(x)), 2)
+            return self.fc(torch.flatten(x, 1)).log_softmax(-1)
+
+    cpu_net = Net()
+    tpu_net = Net()
+    tpu_net.load_state_dict(cpu_net.state_dict())
+    tpu_net = tpu_net.to("tpu")
+    x = randn(2, 3, 8, 8)
+    target = torch.tensor([1, 4])
+    F.nll_loss(cpu_net(x), target).backward()
+    x_tpu = x.to("tpu")
+    torchtpu.reset_metrics()
+    F.nll_loss(tpu_net(x_tpu), target.to("tpu")).backward()
+    for (name, p), q in zip(cpu_net.named_parameters(), tpu_net.parameters()):
+        assert_close(q.grad.cpu(), p.grad, **CONV, msg=name)
+    assert not fallback_ops()
