@@ -547,6 +547,8 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::add.Tensor", &lower_add});
   table.push_back({"aten::clamp", &lower_clamp});
   table.push_back({"aten::clamp_max", &lower_clamp_max});
+  table.push_back({"aten::clamp_max.Tensor", &lower_minimum});  // clamp by a tensor bound is minimum/maximum
+  table.push_back({"aten::clamp_min.Tensor", &lower_maximum});
   table.push_back({"aten::clamp_min", &lower_clamp_min});
   table.push_back({"aten::clone", &lower_clone});
   table.push_back({"aten::copy", &lower_copy, false, true});
