@@ -329,3 +329,9 @@ def test_cnn_training_step():
     for (name, p), q in zip(cpu_net.named_parameters(), tpu_net.parameters()):
         assert_close(q.grad.cpu(), p.grad, **CONV, msg=name)
     assert not fallback_ops()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,output_size", [((2, 3, 7, 9), (3, 4)), ((2, 3, 8, 8), (2, 2)), ((3, 10, 6), (4, 3))])
+def test_adaptive_avg_pool2d(shape, output_size, dtype):
+    check(lambda x: F.adaptive_avg_pool2d(x, output_size), [randn(*shape)], (0,), dtype)

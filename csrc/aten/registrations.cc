@@ -18,6 +18,10 @@ namespace torchtpu::aten {
 
 const std::vector<const char*>& lowered_ops() {
   static const std::vector<const char*> ops = {
+      "_adaptive_avg_pool2d",
+      "_adaptive_avg_pool2d.out",
+      "_adaptive_avg_pool2d_backward",
+      "_adaptive_avg_pool2d_backward.out",
       "_index_put_impl",
       "_index_put_impl.out",
       "_index_put_impl_",
