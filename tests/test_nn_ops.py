@@ -331,6 +331,10 @@ def test_cnn_training_step():
     assert not fallback_ops()
 
 
+def test_logsigmoid():
+    check(F.logsigmoid, [randn(4, 6) * 10], (0,))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,output_size", [((2, 3, 7, 9), (3, 4)), ((2, 3, 8, 8), (2, 2)), ((3, 10, 6), (4, 3))])
 def test_adaptive_avg_pool2d(shape, output_size, dtype):

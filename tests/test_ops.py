@@ -140,6 +140,10 @@ def test_matmuls(dtype):
     check(lambda b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0), randn(3, dtype=dtype), randn(5, 7, dtype=dtype),
           randn(7, 3, dtype=dtype))
     check(lambda x, y: x @ y.t(), randn(5, 7, dtype=dtype), randn(3, 7, dtype=dtype))
+    check(torch.dot, randn(7, dtype=dtype), randn(7, dtype=dtype))
+    check(torch.mv, randn(3, 7, dtype=dtype), randn(7, dtype=dtype))
+    check(lambda b, m, v: torch.addmv(b, m, v, beta=0.5, alpha=2.0), randn(3, dtype=dtype), randn(3, 7, dtype=dtype),
+          randn(7, dtype=dtype))
 
 
 def test_mse_loss_and_backward():
@@ -185,6 +189,8 @@ def test_factories():
     assert_close(torch.full((2, 2), 7.5, device="tpu").cpu(), torch.full((2, 2), 7.5))
     assert_close(torch.arange(10, device="tpu").cpu(), torch.arange(10))
     assert_close(torch.arange(1.0, 2.0, 0.25, device="tpu").cpu(), torch.arange(1.0, 2.0, 0.25))
+    for steps in (1, 2, 7, 10):
+        assert_close(torch.linspace(-1, 2, steps, device="tpu").cpu(), torch.linspace(-1, 2, steps))
     assert torch.empty(3, 4, device="tpu").shape == (3, 4)
     assert torch.zeros(2, dtype=torch.int32, device="tpu").dtype == torch.int32
 
@@ -240,7 +246,7 @@ def _math_cases():
         "acosh": (torch.acosh, x.abs() + 1), "asinh": (torch.asinh, x), "atanh": (torch.atanh, p),
         "cosh": (torch.cosh, x), "sinh": (torch.sinh, x), "tan": (torch.tan, x), "erf": (torch.erf, x),
         "erfinv": (torch.erfinv, p), "lgamma": (torch.lgamma, x.abs() + 0.5), "digamma": (torch.digamma, x.abs() + 0.5),
-        "expm1": (torch.expm1, x), "log1p": (torch.log1p, p), "log2": (torch.log2, p), "log10": (torch.log10, p),
+        "expm1": (torch.expm1, x), "polygamma_1": (lambda t: torch.polygamma(1, t), x.abs() + 0.5), "log1p": (torch.log1p, p), "log2": (torch.log2, p), "log10": (torch.log10, p),
         "exp2": (torch.exp2, x), "pow_scalar_base": (lambda t: 2 ** t, x), "isnan": (torch.isnan, nan_inf),
         "isinf": (torch.isinf, nan_inf), "isposinf": (torch.isposinf, nan_inf), "isneginf": (torch.isneginf, nan_inf),
         "nan_to_num": (torch.nan_to_num, nan_inf),

@@ -171,6 +171,24 @@ std::vector<Value> lower_silu_backward(LoweringContext& ctx) {
   return {finish(ctx, g.binary("multiply", operand(ctx, 0), slope))};
 }
 
+// log_sigmoid_forward(self) -> (output, buffer): min(x, 0) - log1p(exp(-|x|)), stable for large |x|. The
+// buffer is CPU's scratch for its backward; ours recomputes from self, so it is left as zeros.
+std::vector<Value> lower_log_sigmoid_forward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  Value tail = g.unary("log_plus_one", g.unary("exponential", g.unary("negate", g.unary("abs", x))));
+  Value y = g.binary("subtract", g.binary("minimum", x, scalar_like(ctx, 0)), tail);
+  const Type buffer = ctx.outputs.at(1);
+  return {finish(ctx, y), g.constant(0.0, buffer.dtype, buffer.dims)};
+}
+
+// log_sigmoid_backward(grad_output, self, buffer): grad * sigmoid(-x)
+std::vector<Value> lower_log_sigmoid_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value slope = g.unary("logistic", g.unary("negate", operand(ctx, 1)));
+  return {finish(ctx, g.binary("multiply", operand(ctx, 0), slope))};
+}
+
 // hardtanh(self, min_val, max_val): clamp; minimum/maximum propagate NaN as torch.clamp does.
 std::vector<Value> lower_hardtanh(LoweringContext& ctx) {
   Graph& g = ctx.graph;
@@ -236,6 +254,8 @@ std::vector<Value> lower_elu_backward(LoweringContext& ctx) {
 }  // namespace
 
 void add_nn_activation_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::log_sigmoid_backward", &lower_log_sigmoid_backward});
+  table.push_back({"aten::log_sigmoid_forward", &lower_log_sigmoid_forward});
   table.push_back({"aten::_log_softmax", &lower_log_softmax});
   table.push_back({"aten::_log_softmax_backward_data", &lower_log_softmax_backward_data});
   table.push_back({"aten::_softmax", &lower_softmax});
