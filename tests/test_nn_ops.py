@@ -339,3 +339,9 @@ def test_logsigmoid():
 @pytest.mark.parametrize("shape,output_size", [((2, 3, 7, 9), (3, 4)), ((2, 3, 8, 8), (2, 2)), ((3, 10, 6), (4, 3))])
 def test_adaptive_avg_pool2d(shape, output_size, dtype):
     check(lambda x: F.adaptive_avg_pool2d(x, output_size), [randn(*shape)], (0,), dtype)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("shape,pad", [((2, 3, 7), (2, 3)), ((2, 3, 5, 6), (1, 2, 3, 0)), ((1, 2, 3, 4, 5), (1, 1, 2, 0, 1, 2))])
+def test_reflection_and_replication_pad(shape, pad, mode):
+    check(lambda x: F.pad(x, pad, mode=mode), [randn(*shape)], (0,))
