@@ -285,7 +285,7 @@ struct DataDependentShape {};
 
 // Reruns a failing op on zero-filled CPU stand-ins of its arguments and throws CPU's error, if CPU raises
 // one; throws DataDependentShape if CPU accepts them. Only reached on the error path.
-void rethrow_cpu_error(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
+void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
   auto to_cpu = [](const at::Tensor& t) {
     if (!t.defined() || t.device().is_cpu()) return t;
     return at::zeros_like(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU)));
@@ -366,7 +366,7 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
   } catch (...) {
     // Some meta kernels (several are Python) word their errors differently from CPU's; the user should
     // read CPU's message.
-    rethrow_cpu_error(op, stack, first);
+    check_arguments_on_cpu(op, stack, first);
   }
   auto compiled = std::make_shared<CompiledOp>();
   compiled->uses_rng = state.rule->uses_rng;
