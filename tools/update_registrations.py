@@ -44,8 +44,9 @@ def overloads(rules: set[str]) -> list[str]:
     if missing:
         raise SystemExit(f"rules for unknown overloads: {missing}")
     chosen = set(rules)
-    # In-place twins: "foo_.*" overloads whose arguments match a functional rule's by name and (apart
-    # from self's aliasing) type; pow_.Scalar is the twin of pow.Tensor_Scalar, not of pow.Scalar.
+    # In-place twins: "foo_.*" overloads whose arguments match a functional rule's by name and type (an
+    # alias annotation is not part of the type); pow_.Scalar is the twin of pow.Tensor_Scalar, not of
+    # pow.Scalar.
     for name, schema in schemas.items():
         base = schema.name[len("aten::"):]
         if not base.endswith("_") or any(is_out_argument(a) for a in schema.arguments):
@@ -54,9 +55,7 @@ def overloads(rules: set[str]) -> list[str]:
             functional = schemas[rule]
             if functional.name != "aten::" + base[:-1] or functional.is_mutable:
                 continue
-            if [a.name for a in functional.arguments] == [a.name for a in schema.arguments] and signature(
-                functional.arguments[1:]
-            ) == signature(schema.arguments[1:]):
+            if signature(functional.arguments) == signature(schema.arguments):
                 chosen.add(name)
     for name, schema in schemas.items():
         if not any(is_out_argument(a) for a in schema.arguments):

@@ -81,8 +81,8 @@ std::vector<std::string> input_signature(const c10::FunctionSchema& schema, bool
 }
 
 // The functional overload of `functional_name` whose arguments match this in-place or out= overload's
-// inputs by name and type: add.out must map to add.Tensor, not to add.Scalar with the same argument
-// names, and pow_.Scalar to pow.Tensor_Scalar, not to pow.Scalar.
+// inputs by name and type (an alias annotation is not part of the type): add.out must map to add.Tensor,
+// not to add.Scalar with the same argument names, and pow_.Scalar to pow.Tensor_Scalar, not to pow.Scalar.
 std::string functional_of(const c10::FunctionSchema& schema, const std::string& functional_name, bool is_out) {
   const std::vector<std::string> wanted = input_signature(schema, is_out);
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
@@ -90,20 +90,6 @@ std::string functional_of(const c10::FunctionSchema& schema, const std::string& 
     auto handle = c10::Dispatcher::singleton().findSchema(name);
     if (!handle || !handle->hasSchema() || handle->schema().is_mutable()) continue;
     std::vector<std::string> candidate = input_signature(handle->schema(), false);
-    if (!is_out) {
-      // In-place schemas write `self`; compare types without the alias annotation.
-      for (std::string& s : candidate) s = s.substr(0, s.find(':'));
-      std::vector<std::string> names;
-      for (const std::string& s : wanted) names.push_back(s.substr(0, s.find(':')));
-      if (candidate == names && handle->schema().arguments().size() == schema.arguments().size()) {
-        bool types_match = true;
-        for (size_t i = 1; i < schema.arguments().size(); ++i) {  // self's type differs only by aliasing
-          types_match &= schema.arguments()[i].type()->str() == handle->schema().arguments()[i].type()->str();
-        }
-        if (types_match) return full_name(handle->schema());
-      }
-      continue;
-    }
     if (candidate == wanted) return full_name(handle->schema());
   }
   return "";

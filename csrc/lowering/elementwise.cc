@@ -278,14 +278,6 @@ std::vector<Value> lower_erf(LoweringContext& ctx) { return chlo_unary(ctx, "erf
 std::vector<Value> lower_erfinv(LoweringContext& ctx) { return chlo_unary(ctx, "erf_inv"); }
 std::vector<Value> lower_lgamma(LoweringContext& ctx) { return chlo_unary(ctx, "lgamma"); }
 std::vector<Value> lower_digamma(LoweringContext& ctx) { return chlo_unary(ctx, "digamma"); }
-// polygamma(n, self)
-std::vector<Value> lower_polygamma(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
-  Value x = operand(ctx, 1);
-  Value order = g.constant(static_cast<double>(ctx.integer(0)), g.type(x).dtype, g.type(x).dims);
-  return {finish(ctx, g.chlo("polygamma", {order, x}, g.type(x)))};
-}
-
 std::vector<Value> lower_expm1(LoweringContext& ctx) { return unary_op(ctx, "exponential_minus_one"); }
 std::vector<Value> lower_log1p(LoweringContext& ctx) { return unary_op(ctx, "log_plus_one"); }
 
@@ -541,7 +533,6 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::logical_or", &lower_logical_or});
   table.push_back({"aten::logical_xor", &lower_logical_xor});
   table.push_back({"aten::nan_to_num", &lower_nan_to_num});
-  table.push_back({"aten::polygamma", &lower_polygamma});
   table.push_back({"aten::pow.Scalar", &lower_pow_scalar});
   table.push_back({"aten::remainder.Scalar", &lower_remainder_scalar});
   table.push_back({"aten::remainder.Tensor", &lower_remainder});
