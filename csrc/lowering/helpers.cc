@@ -41,6 +41,23 @@ std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t ra
   return out;
 }
 
+int64_t wrap_dim(int64_t dim, int64_t rank) {
+  if (rank == 0) return 0;
+  return dim < 0 ? dim + rank : dim;
+}
+
+std::vector<int64_t> dim_range(int64_t begin, int64_t end) {
+  std::vector<int64_t> values;
+  for (int64_t i = begin; i < end; ++i) values.push_back(i);
+  return values;
+}
+
+Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::vector<int64_t>& dims) {
+  if (is_floating(dtype)) return ctx.graph.constant(ctx.real(i), dtype, dims);
+  if (dtype == DType::kBool) return ctx.graph.constant_int(ctx.real(i) != 0, dtype, dims);
+  return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
+}
+
 DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) ? DType::kF32 : dtype;
 }

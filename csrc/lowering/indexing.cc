@@ -24,17 +24,6 @@ using ir::Comparison;
 
 const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
 
-int64_t wrap_dim(int64_t dim, int64_t rank) {
-  if (rank == 0) return 0;
-  return dim < 0 ? dim + rank : dim;
-}
-
-std::vector<int64_t> range(int64_t begin, int64_t end) {
-  std::vector<int64_t> values;
-  for (int64_t i = begin; i < end; ++i) values.push_back(i);
-  return values;
-}
-
 std::string bracket_list(const std::vector<int64_t>& values) {
   std::string text = "[";
   for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
@@ -44,13 +33,6 @@ std::string bracket_list(const std::vector<int64_t>& values) {
 // "name = [..], " or nothing: the attribute parser is happiest without empty lists.
 std::string field(const char* name, const std::vector<int64_t>& values) {
   return values.empty() ? "" : std::string(name) + " = " + bracket_list(values) + ", ";
-}
-
-// A Scalar argument as a constant of `dtype`: integers stay exact (ctx.real would round large int64s).
-Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::vector<int64_t>& dims) {
-  if (is_floating(dtype)) return ctx.graph.constant(ctx.real(i), dtype, dims);
-  if (dtype == DType::kBool) return ctx.graph.constant_int(ctx.real(i) != 0, dtype, dims);
-  return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
 }
 
 // Index values as int64 with negative entries wrapped by `size`.
@@ -135,7 +117,7 @@ std::vector<Value> lower_index_select(LoweringContext& ctx) {
   const Type t = g.type(self);
   const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
   Value indices = dim_indices(g, ctx.tensor(2), t.dims[static_cast<size_t>(dim)]);
-  std::vector<int64_t> slice_sizes = t.dims, result_dims = t.dims, offset_dims = range(0, t.rank());
+  std::vector<int64_t> slice_sizes = t.dims, result_dims = t.dims, offset_dims = dim_range(0, t.rank());
   slice_sizes[static_cast<size_t>(dim)] = 1;
   result_dims[static_cast<size_t>(dim)] = g.type(indices).dims[0];
   offset_dims.erase(offset_dims.begin() + dim);
@@ -148,7 +130,7 @@ std::vector<Value> lower_index_select(LoweringContext& ctx) {
 Value scatter_slices(Graph& g, Value self, int64_t dim, Value index, Value updates, Combine combine) {
   const Type t = g.type(self);
   Value indices = dim_indices(g, index, t.dims[static_cast<size_t>(dim)]);
-  std::vector<int64_t> window = range(0, t.rank());
+  std::vector<int64_t> window = dim_range(0, t.rank());
   window.erase(window.begin() + dim);
   std::vector<int64_t> update_dims = t.dims;
   update_dims[static_cast<size_t>(dim)] = g.type(indices).dims[0];
@@ -220,7 +202,7 @@ std::vector<Value> lower_gather(LoweringContext& ctx) {
   if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
   const std::vector<int64_t> index_dims = g.type(index).dims;
   Value points = point_indices(g, index, dim, t.dims[static_cast<size_t>(dim)]);
-  const std::vector<int64_t> all = range(0, t.rank());
+  const std::vector<int64_t> all = dim_range(0, t.rank());
   Value result = gather(g, self, points, {}, all, t.rank(), std::vector<int64_t>(all.size(), 1), index_dims);
   return {g.reshape(result, out(ctx).dims)};
 }
@@ -236,7 +218,7 @@ Value scatter_points(Graph& g, Value self, int64_t dim, Value index, Value updat
                       std::vector<int64_t>(index_dims.size(), 1));
   }
   Value points = point_indices(g, index, dim, t.dims[static_cast<size_t>(dim)]);
-  return scatter(g, self, points, updates, {}, range(0, t.rank()), t.rank(), combine);
+  return scatter(g, self, points, updates, {}, dim_range(0, t.rank()), t.rank(), combine);
 }
 
 Combine combine_of(const std::string& reduce) {
@@ -409,9 +391,9 @@ AdvancedIndex advanced_index(Graph& g, const Type& self, const std::vector<Value
 std::vector<int64_t> result_order(const AdvancedIndex& a) {
   const int64_t nb = static_cast<int64_t>(a.batch.size());
   const int64_t nr = static_cast<int64_t>(a.rest.size());
-  if (!a.adjacent) return range(0, nb + nr);
+  if (!a.adjacent) return dim_range(0, nb + nr);
   const int64_t before = a.indexed.front();  // rest dims that precede the indexed block
-  std::vector<int64_t> order = range(nb, nb + before);
+  std::vector<int64_t> order = dim_range(nb, nb + before);
   for (int64_t i = 0; i < nb; ++i) order.push_back(i);
   for (int64_t i = nb + before; i < nb + nr; ++i) order.push_back(i);
   return order;
@@ -440,7 +422,7 @@ std::vector<Value> lower_index(LoweringContext& ctx) {
     slice_sizes.push_back(t.dims[static_cast<size_t>(d)]);
     result_dims.push_back(t.dims[static_cast<size_t>(d)]);
   }
-  Value gathered = gather(g, moved, a.points, range(nb, nb + static_cast<int64_t>(a.rest.size())), range(0, k), nb,
+  Value gathered = gather(g, moved, a.points, dim_range(nb, nb + static_cast<int64_t>(a.rest.size())), dim_range(0, k), nb,
                           slice_sizes, result_dims);
   return {g.reshape(g.transpose(gathered, result_order(a)), out(ctx).dims)};
 }
@@ -513,8 +495,8 @@ std::vector<Value> lower_index_put(LoweringContext& ctx) {
   Value values = cast_to(g, ctx.tensor(2), Type{t.dtype, result_dims});
   Value updates = g.transpose(values, inverse(order));
   Value moved = g.transpose(self, a.permutation);
-  Value written = scatter(g, moved, a.points, updates, range(nb, nb + static_cast<int64_t>(a.rest.size())),
-                          range(0, k), nb, accumulate ? Combine::kAdd : Combine::kReplace);
+  Value written = scatter(g, moved, a.points, updates, dim_range(nb, nb + static_cast<int64_t>(a.rest.size())),
+                          dim_range(0, k), nb, accumulate ? Combine::kAdd : Combine::kReplace);
   return {g.transpose(written, inverse(a.permutation))};
 }
 

@@ -13,12 +13,6 @@ using ir::Reducer;
 
 const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.at(i); }
 
-std::vector<int64_t> range(int64_t begin, int64_t end) {
-  std::vector<int64_t> dims;
-  for (int64_t d = begin; d < end; ++d) dims.push_back(d);
-  return dims;
-}
-
 struct Moments {
   Value centered;  // x - mean, x's shape
   Value mean;      // reduced shape (kept dims only)
@@ -63,7 +57,7 @@ std::vector<Value> lower_native_layer_norm(LoweringContext& ctx) {
   const Type in = ctx.type_of(0);
   const DType accumulate = accumulation_dtype(in.dtype);
   const int64_t axis = in.rank() - static_cast<int64_t>(ctx.ints(1).size());
-  const std::vector<int64_t> dims = range(axis, in.rank());
+  const std::vector<int64_t> dims = dim_range(axis, in.rank());
   Moments m = moments(g, g.convert(ctx.tensor(0), accumulate), dims, ctx.real(4));
   const std::vector<int64_t> kept = kept_dims(in.rank(), dims);
   Value y = g.binary("multiply", m.centered, g.broadcast_in_dim(m.rstd, in.dims, kept));
@@ -81,8 +75,8 @@ std::vector<Value> lower_native_layer_norm_backward(LoweringContext& ctx) {
   const DType accumulate = accumulation_dtype(in.dtype);
   const Type compute{accumulate, in.dims};
   const int64_t axis = in.rank() - static_cast<int64_t>(ctx.ints(2).size());
-  const std::vector<int64_t> dims = range(axis, in.rank());
-  const std::vector<int64_t> batch = range(0, axis);
+  const std::vector<int64_t> dims = dim_range(axis, in.rank());
+  const std::vector<int64_t> batch = dim_range(0, axis);
   const std::vector<bool> mask = output_mask(ctx, 7, 3);
 
   Value grad = g.convert(ctx.tensor(0), accumulate);

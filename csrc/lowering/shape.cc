@@ -15,18 +15,6 @@ using ir::Comparison;
 
 const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
 
-int64_t wrap_dim(int64_t dim, int64_t rank) {
-  if (rank == 0) return 0;
-  return dim < 0 ? dim + rank : dim;
-}
-
-// A Scalar argument as a constant of `dtype`: integers stay exact (ctx.real would round large int64s).
-Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::vector<int64_t>& dims) {
-  if (is_floating(dtype)) return ctx.graph.constant(ctx.real(i), dtype, dims);
-  if (dtype == DType::kBool) return ctx.graph.constant_int(ctx.real(i) != 0, dtype, dims);
-  return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
-}
-
 Value concatenate(Graph& g, const std::vector<Value>& parts, int64_t dim) {
   if (parts.size() == 1) return parts[0];
   Type result = g.type(parts[0]);
