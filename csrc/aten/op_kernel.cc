@@ -7,7 +7,9 @@
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include "aten/generator.h"
 #include "aten/metrics.h"
 #include "aten/storage.h"
+#include "aten/storage_ops.h"
 #include "cache/program_key.h"
 #include "eager/driver.h"
 #include "lowering/rule.h"
@@ -186,10 +189,12 @@ void add_tensor_to_key(cache::ProgramKey& key, const at::Tensor& t) {
   }
   key.add(static_cast<int64_t>(t.scalar_type()));
   if (is_cpu_scalar(t)) {
-    // Scalars are baked into the program as constants.
+    // Scalars are baked into the program as constants: their bytes identify them exactly, without a
+    // dispatched item() on the hot path.
+    int64_t bits = 0;
+    std::memcpy(&bits, t.const_data_ptr(), std::min<size_t>(t.element_size(), sizeof bits));
     key.add(1);
-    if (at::isFloatingType(t.scalar_type())) key.add_double(t.item<double>());
-    else key.add(t.item<int64_t>());
+    key.add(bits);
     return;
   }
   key.add(0);
@@ -235,7 +240,9 @@ cache::ProgramKey make_key(const OpState& state, const torch::jit::Stack& stack,
     } else if (v.isString()) {
       key.add_string(v.toStringRef());
     } else if (v.isBoolList()) {
-      for (bool b : v.toBoolList()) key.add(b);
+      const c10::List<bool> bools = v.toBoolList();
+      key.add(static_cast<int64_t>(bools.size()));
+      for (bool b : bools) key.add(b);
     } else if (v.isDevice()) {
       key.add(v.toDevice().index());
     } else if (v.isGenerator()) {
@@ -478,33 +485,29 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
 
 // ---- Running ----------------------------------------------------------------------------------------
 
-const at::Tensor& param_tensor(const torch::jit::Stack& stack, size_t first, const ParamSource& source,
-                               std::vector<at::Tensor>& scratch) {
+// The tensor behind a parameter: the argument itself, or (element >= 0) one element of a tensor list.
+at::Tensor param_tensor(const torch::jit::Stack& stack, size_t first, const ParamSource& source) {
   const c10::IValue& v = stack[first + source.arg];
   if (source.element < 0) return v.toTensor();
-  scratch.push_back(list_elements(v).at(static_cast<size_t>(source.element)));
-  return scratch.back();
+  return list_elements(v).at(static_cast<size_t>(source.element));
 }
 
+// A fresh tensor on the current tpu device owning `buffer`; allocated directly, without a dispatch.
 at::Tensor new_tensor(const OutputBinding& binding, runtime::BufferPtr buffer) {
-  at::Tensor t = at::empty(binding.sizes, at::TensorOptions().dtype(binding.dtype).device(c10::DeviceType::PrivateUse1,
-      c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index()));
+  at::Tensor t = empty_memory_format(binding.sizes, binding.dtype, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
   storage_handle(t).buffer = std::move(buffer);
   return t;
 }
 
 void run(const OpState& state, const c10::FunctionSchema& schema, const CompiledOp& compiled,
          torch::jit::Stack& stack, size_t first, c10::DeviceIndex device) {
-  std::vector<at::Tensor> scratch;
-  scratch.reserve(compiled.params.size());
   std::vector<runtime::BufferPtr> inputs;  // keeps every input alive through the call
   inputs.reserve(compiled.params.size() + 1);
   std::vector<const runtime::Buffer*> raw;
   // Parameters were created in order: tensor reads (element >= -1), the RNG state, then write bases
   // (element == -2). Emit them in that order.
   auto push = [&](const ParamSource& source) {
-    const at::Tensor& t = param_tensor(stack, first, {source.arg, source.element < 0 ? -1 : source.element}, scratch);
-    inputs.push_back(storage_buffer(t));
+    inputs.push_back(storage_buffer(param_tensor(stack, first, source)));
     raw.push_back(inputs.back().get());
   };
   for (const ParamSource& source : compiled.params) {
