@@ -58,6 +58,14 @@ Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::ve
   return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
 }
 
+Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype) {
+  const int64_t rank = g.type(x).rank();
+  Value moved = g.dot_general(x, matrix, {}, {}, {dim}, {matrix_dim}, dtype);  // the new dim comes last
+  std::vector<int64_t> permutation;
+  for (int64_t d = 0; d < rank; ++d) permutation.push_back(d < dim ? d : (d == dim ? rank - 1 : d - 1));
+  return g.transpose(moved, permutation);
+}
+
 DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) ? DType::kF32 : dtype;
 }

@@ -23,6 +23,11 @@ Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::ve
 // The type reductions accumulate in: float32 for 16-bit floats, as PyTorch does.
 DType accumulation_dtype(DType dtype);
 
+// Contracts dim `dim` of x with dim `matrix_dim` of the 2-d `matrix` (computing in `dtype`); the other
+// matrix dim takes dim's place, so x's dim order is kept. Pooling and padding express per-dim
+// resampling this way.
+Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype);
+
 // Elementwise result of `name` over the arguments converted to `compute` and broadcast to `dims`.
 Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& operands, DType compute,
                   const std::vector<int64_t>& dims);

@@ -247,46 +247,34 @@ Value adaptive_weights(Graph& g, int64_t in, int64_t out, DType dtype) {
   return g.select(inside, g.binary("divide", g.constant(1.0, dtype, {out, in}), count), g.constant(0.0, dtype, {out, in}));
 }
 
-// Contracts the last two dims of x with `rows` [a, x_h] and `columns` [b, x_w]: x' = rows . x . columns^T.
-Value apply_on_spatial(Graph& g, Value x, Value rows, Value columns, DType dtype) {
-  const Type t = g.type(x);
-  const int64_t rank = t.rank();
-  std::vector<int64_t> batch(static_cast<size_t>(rank - 2));
-  for (int64_t d = 0; d < rank - 2; ++d) batch[static_cast<size_t>(d)] = d;
-  // [..., H, W] x [b, W] -> [..., H, b]; then [..., H, b] x [a, H] -> [..., b, a]; then swap the last two.
-  Value along_w = g.dot_general(x, columns, {}, {}, {rank - 1}, {1}, dtype);
-  Value along_h = g.dot_general(along_w, rows, {}, {}, {rank - 2}, {1}, dtype);
-  std::vector<int64_t> permutation = batch;
-  permutation.push_back(rank - 1);
-  permutation.push_back(rank - 2);
-  return g.transpose(along_h, permutation);
+// Applies the adaptive weights of both spatial dims: forward contracts with their input side, backward
+// (spreading gradients back) with their output side.
+Value adaptive_average(Graph& g, Value x, const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                       bool backward, DType dtype) {
+  const int64_t rank = g.type(x).rank();
+  const int64_t matrix_dim = backward ? 0 : 1;
+  for (int64_t k = 1; k <= 2; ++k) {
+    const size_t d = static_cast<size_t>(static_cast<int64_t>(in.size()) - k);
+    x = contract_dim(g, x, rank - k, adaptive_weights(g, in[d], out[d], dtype), matrix_dim, dtype);
+  }
+  return x;
 }
-
-Value transposed(Graph& g, Value m) { return g.transpose(m, {1, 0}); }
 
 // _adaptive_avg_pool2d(self, output_size): a weighted sum over the spatial dims, exact for any sizes.
 std::vector<Value> lower_adaptive_avg_pool2d(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  const Type in = ctx.type_of(0);
   const Type result = ctx.outputs.at(0);
-  const DType accumulate = accumulation_dtype(in.dtype);
-  const int64_t h = in.dims[static_cast<size_t>(in.rank() - 2)], w = in.dims[static_cast<size_t>(in.rank() - 1)];
-  const int64_t oh = result.dims[static_cast<size_t>(result.rank() - 2)], ow = result.dims[static_cast<size_t>(result.rank() - 1)];
-  Value y = apply_on_spatial(g, g.convert(ctx.tensor(0), accumulate), adaptive_weights(g, h, oh, accumulate),
-                             adaptive_weights(g, w, ow, accumulate), accumulate);
+  const DType accumulate = accumulation_dtype(result.dtype);
+  Value y = adaptive_average(g, g.convert(ctx.tensor(0), accumulate), ctx.type_of(0).dims, result.dims, false, accumulate);
   return {g.convert(y, result.dtype)};
 }
 
-// _adaptive_avg_pool2d_backward(grad_output, self): the transposed weights spread each gradient back.
+// _adaptive_avg_pool2d_backward(grad_output, self): the same weights, transposed, spread each gradient back.
 std::vector<Value> lower_adaptive_avg_pool2d_backward(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  const Type grad = ctx.type_of(0);
   const Type result = ctx.outputs.at(0);
   const DType accumulate = accumulation_dtype(result.dtype);
-  const int64_t h = result.dims[static_cast<size_t>(result.rank() - 2)], w = result.dims[static_cast<size_t>(result.rank() - 1)];
-  const int64_t oh = grad.dims[static_cast<size_t>(grad.rank() - 2)], ow = grad.dims[static_cast<size_t>(grad.rank() - 1)];
-  Value dx = apply_on_spatial(g, g.convert(ctx.tensor(0), accumulate), transposed(g, adaptive_weights(g, h, oh, accumulate)),
-                              transposed(g, adaptive_weights(g, w, ow, accumulate)), accumulate);
+  Value dx = adaptive_average(g, g.convert(ctx.tensor(0), accumulate), result.dims, ctx.type_of(0).dims, true, accumulate);
   return {g.convert(dx, result.dtype)};
 }
 

@@ -30,15 +30,6 @@ Value pad_matrix(Graph& g, int64_t in, int64_t left, int64_t right, PadMode mode
   return g.select(hit, g.constant(1.0, dtype, {out, in}), g.constant(0.0, dtype, {out, in}));
 }
 
-// Contracts dim `dim` of x with `matrix` over its dim `matrix_dim`, keeping x's dim order.
-Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype) {
-  const int64_t rank = g.type(x).rank();
-  Value moved = g.dot_general(x, matrix, {}, {}, {dim}, {matrix_dim}, dtype);  // the new dim comes last
-  std::vector<int64_t> permutation;
-  for (int64_t d = 0; d < rank; ++d) permutation.push_back(d < dim ? d : (d == dim ? rank - 1 : d - 1));
-  return g.transpose(moved, permutation);
-}
-
 // Pads (backward: unpads) the trailing padding.size() / 2 dims; padding is (left, right) pairs starting from
 // the last dim, as torch.nn.functional.pad takes them.
 Value apply_padding(Graph& g, Value x, const std::vector<int64_t>& padding, const std::vector<int64_t>& unpadded_dims,
