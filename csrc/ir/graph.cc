@@ -84,8 +84,6 @@ std::string join(const std::vector<int64_t>& values, const char* separator) {
   return out.str();
 }
 
-std::string bracket_list(const std::vector<int64_t>& values) { return "[" + join(values, ", ") + "]"; }
-
 }  // namespace
 
 std::string region_text(const std::vector<std::pair<std::string, DType>>& arguments, const std::string& body) {
@@ -117,6 +115,8 @@ std::string to_mlir(const Type& type) {
   out += ">";
   return out;
 }
+
+std::string bracket_list(const std::vector<int64_t>& values) { return "[" + join(values, ", ") + "]"; }
 
 std::string dense_i64_array(const std::vector<int64_t>& values) {
   return values.empty() ? "array<i64>" : "array<i64: " + join(values, ", ") + ">";
@@ -296,6 +296,14 @@ Value Graph::iota(const Type& t, int64_t dimension) {
   return add_node("\"stablehlo.iota\"() {iota_dimension = " + std::to_string(dimension) + " : i64} : () -> " +
                       to_mlir(t),
                   {t});
+}
+
+Value Graph::concatenate(const std::vector<Value>& parts, int64_t dim) {
+  if (parts.size() == 1) return parts[0];
+  Type result = type(parts[0]);
+  result.dims[static_cast<size_t>(dim)] = 0;
+  for (Value v : parts) result.dims[static_cast<size_t>(dim)] += type(v).dims[static_cast<size_t>(dim)];
+  return op("concatenate", parts, result, "dimension = " + std::to_string(dim) + " : i64");
 }
 
 Value Graph::compare(Value a, Value b, Comparison direction) {

@@ -70,6 +70,8 @@ class Graph {
               const std::vector<int64_t>& strides);
   Value pad(Value x, Value padding_value, const std::vector<int64_t>& low, const std::vector<int64_t>& high);
   Value iota(const Type& type, int64_t dimension);
+  // Joins `parts` along `dim` (a single part is returned as is).
+  Value concatenate(const std::vector<Value>& parts, int64_t dim);
   Value compare(Value a, Value b, Comparison direction);
   Value select(Value predicate, Value on_true, Value on_false);
   Value reduce(Value x, Value init, const std::vector<int64_t>& dimensions, Reducer reducer);
@@ -112,6 +114,8 @@ std::string region_text(const std::vector<std::pair<std::string, DType>>& argume
 // The region of a binary reducer: (%lhs, %rhs) -> op(%lhs, %rhs).
 std::string scalar_region(const std::string& op, DType dtype);
 
+// "[1, 2]", the list spelling inside StableHLO's dimension-number attributes.
+std::string bracket_list(const std::vector<int64_t>& values);
 // "array<i64: 1, 2>"
 std::string dense_i64_array(const std::vector<int64_t>& values);
 

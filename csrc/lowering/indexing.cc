@@ -24,15 +24,9 @@ using ir::Comparison;
 
 const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
 
-std::string bracket_list(const std::vector<int64_t>& values) {
-  std::string text = "[";
-  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
-  return text + "]";
-}
-
 // "name = [..], " or nothing: the attribute parser is happiest without empty lists.
 std::string field(const char* name, const std::vector<int64_t>& values) {
-  return values.empty() ? "" : std::string(name) + " = " + bracket_list(values) + ", ";
+  return values.empty() ? "" : std::string(name) + " = " + ir::bracket_list(values) + ", ";
 }
 
 // Index values as int64 with negative entries wrapped by `size`.
@@ -47,14 +41,6 @@ Value wrap_index(Graph& g, Value index, int64_t size) {
   const std::vector<int64_t> dims = g.type(i).dims;
   Value negative = g.compare(i, g.constant_int(0, DType::kI64, dims), Comparison::kLT);
   return g.select(negative, g.binary("add", i, g.constant_int(size, DType::kI64, dims)), i);
-}
-
-Value concatenate(Graph& g, const std::vector<Value>& parts, int64_t dim) {
-  if (parts.size() == 1) return parts[0];
-  Type result = g.type(parts[0]);
-  result.dims[static_cast<size_t>(dim)] = 0;
-  for (Value v : parts) result.dims[static_cast<size_t>(dim)] += g.type(v).dims[static_cast<size_t>(dim)];
-  return g.op("concatenate", parts, result, "dimension = " + std::to_string(dim) + " : i64");
 }
 
 // stablehlo.gather; the caller supplies the dimension numbers and the result dims they imply.
@@ -189,7 +175,7 @@ Value point_indices(Graph& g, Value index, int64_t dim, int64_t size) {
     Value coordinate = d == dim ? wrapped : g.iota(Type{DType::kI64, dims}, d);
     parts.push_back(g.reshape(coordinate, column));
   }
-  return concatenate(g, parts, static_cast<int64_t>(dims.size()));
+  return g.concatenate(parts, static_cast<int64_t>(dims.size()));
 }
 
 // gather(self, dim, index, sparse_grad): out[i][j][k] = self[i][index[i][j][k]][k] (for dim 1).
@@ -383,7 +369,7 @@ AdvancedIndex advanced_index(Graph& g, const Type& self, const std::vector<Value
     Value wrapped = wrap_index(g, indices[static_cast<size_t>(d)], self.dims[static_cast<size_t>(d)]);
     parts.push_back(g.reshape(broadcast_to(g, wrapped, a.batch), column));
   }
-  a.points = concatenate(g, parts, static_cast<int64_t>(a.batch.size()));
+  a.points = g.concatenate(parts, static_cast<int64_t>(a.batch.size()));
   return a;
 }
 

@@ -12,12 +12,6 @@ Value gate(Graph& g, Value gates, int64_t k) {
   return g.slice(gates, {0, k * hidden}, {t.dims[0], (k + 1) * hidden}, {1, 1});
 }
 
-Value concat_gates(Graph& g, const std::vector<Value>& parts) {
-  const Type& t = g.type(parts[0]);
-  return g.op_multi("stablehlo.concatenate", parts, {Type{t.dtype, {t.dims[0], 4 * t.dims[1]}}},
-                    "dimension = 1 : i64")[0];
-}
-
 Value one_minus(Graph& g, Value x) {
   return g.binary("subtract", g.constant(1.0, g.type(x).dtype, g.type(x).dims), x);
 }
@@ -41,7 +35,7 @@ std::vector<Value> lower_fused_lstm_cell(LoweringContext& ctx) {
   Value cx = cast_to(g, ctx.tensor(2), Type{compute, state_type.dims});
   Value cy = g.binary("add", g.binary("multiply", forget, cx), g.binary("multiply", in, cell));
   Value hy = g.binary("multiply", out, g.unary("tanh", cy));
-  Value workspace = concat_gates(g, {in, forget, cell, out});
+  Value workspace = g.concatenate({in, forget, cell, out}, 1);
   return {g.convert(hy, ctx.outputs[0].dtype), g.convert(cy, state_type.dtype), g.convert(workspace, gates_type.dtype)};
 }
 
@@ -72,7 +66,7 @@ std::vector<Value> lower_fused_lstm_cell_backward(LoweringContext& ctx) {
   Value grad_cell = g.binary("multiply", g.binary("multiply", grad_c, in), one_minus(g, g.binary("multiply", cell, cell)));
   Value grad_out =
       g.binary("multiply", g.binary("multiply", grad_hy, tanh_cy), g.binary("multiply", out, one_minus(g, out)));
-  Value grad_gates = concat_gates(g, {grad_in, grad_forget, grad_cell, grad_out});
+  Value grad_gates = g.concatenate({grad_in, grad_forget, grad_cell, grad_out}, 1);
   Value grad_cx = g.binary("multiply", grad_c, forget);
   const Type& bias_type = ctx.outputs.at(2);
   Value grad_bias = bias_type.numel() == g.type(grad_gates).dims[1]

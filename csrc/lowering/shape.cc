@@ -15,14 +15,6 @@ using ir::Comparison;
 
 const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
 
-Value concatenate(Graph& g, const std::vector<Value>& parts, int64_t dim) {
-  if (parts.size() == 1) return parts[0];
-  Type result = g.type(parts[0]);
-  result.dims[static_cast<size_t>(dim)] = 0;
-  for (Value v : parts) result.dims[static_cast<size_t>(dim)] += g.type(v).dims[static_cast<size_t>(dim)];
-  return g.op("concatenate", parts, result, "dimension = " + std::to_string(dim) + " : i64");
-}
-
 // broadcast_in_dim with `positions` in any order: XLA wants them increasing, so the operand's dims are
 // first transposed into that order.
 Value broadcast_unordered(Graph& g, Value x, const std::vector<int64_t>& dims, std::vector<int64_t> positions) {
@@ -54,7 +46,7 @@ std::vector<Value> lower_cat(LoweringContext& ctx) {
     parts.push_back(g.convert(v, out(ctx).dtype));
   }
   if (parts.empty()) return {g.constant_int(0, out(ctx).dtype, out(ctx).dims)};
-  return {concatenate(g, parts, dim)};
+  return {g.concatenate(parts, dim)};
 }
 
 // constant_pad_nd(self, pad[], value): pad pairs start at the last dim. StableHLO's pad takes negative
@@ -89,7 +81,7 @@ Value roll_dim(Graph& g, Value x, int64_t shift, int64_t dim) {
   if (n == 0) return x;
   const int64_t s = ((shift % n) + n) % n;
   if (s == 0) return x;
-  return concatenate(g, {slice_dim(g, x, dim, n - s, n), slice_dim(g, x, dim, 0, n - s)}, dim);
+  return g.concatenate({slice_dim(g, x, dim, n - s, n), slice_dim(g, x, dim, 0, n - s)}, dim);
 }
 
 // roll(self, shifts[], dims[]): with no dims, over the flattened tensor.
