@@ -123,8 +123,9 @@ std::string dense_i64_array(const std::vector<int64_t>& values) {
 }
 
 Value Graph::add_node(std::string text, std::vector<Type> result_types, int result_index) {
-  nodes_.push_back(Node{std::move(text), result_types});
+  nodes_.push_back(Node{std::move(text), result_types, !open_regions_.empty()});
   const int node = static_cast<int>(nodes_.size()) - 1;
+  if (!open_regions_.empty()) open_regions_.back().push_back(static_cast<size_t>(node));
   Value first;
   for (size_t i = 0; i < result_types.size(); ++i) {
     values_.push_back(ValueInfo{node, static_cast<int>(i), result_types[i]});
@@ -169,6 +170,57 @@ std::string Graph::signature(const std::vector<Value>& operands, const std::vect
     out += to_mlir(results[i]);
   }
   return out + ")";
+}
+
+std::string Graph::type_list(const std::vector<Value>& values) const {
+  std::string out = "(";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    out += to_mlir(type(values[i]));
+  }
+  return out + ")";
+}
+
+std::string Graph::line(size_t n) const {
+  const Node& node = nodes_[n];
+  if (node.text.empty()) return "";
+  std::string out = "%v" + std::to_string(n);
+  if (node.result_types.size() > 1) out += ":" + std::to_string(node.result_types.size());
+  return out + " = " + node.text;
+}
+
+std::string Graph::region(const std::vector<Type>& argument_types, const RegionBuilder& build) {
+  open_regions_.emplace_back();
+  std::vector<Value> arguments;
+  for (const Type& t : argument_types) arguments.push_back(add_node("", {t}));
+  const std::vector<Value> yielded = build(arguments);
+  const std::vector<size_t> nodes = std::move(open_regions_.back());
+  open_regions_.pop_back();
+  std::string out = "({\n    ^bb0(";
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (i) out += ", ";
+    out += name(arguments[i]) + ": " + to_mlir(argument_types[i]);
+  }
+  out += "):\n";
+  for (size_t n : nodes) {
+    const std::string text = line(n);
+    if (!text.empty()) out += "      " + text + "\n";
+  }
+  return out + "      \"stablehlo.return\"" + operand_list(yielded) + " : " + type_list(yielded) + " -> ()\n    })";
+}
+
+std::vector<Value> Graph::while_loop(const std::vector<Value>& init, const RegionBuilder& cond,
+                                     const RegionBuilder& body) {
+  std::vector<Type> types;
+  for (Value v : init) types.push_back(type(v));
+  const std::string cond_region = region(types, cond);
+  const std::string body_region = region(types, body);
+  std::string text = "\"stablehlo.while\"" + operand_list(init) + " " + cond_region.substr(0, cond_region.size() - 1) +
+                     ", " + body_region.substr(1) + signature(init, types);
+  Value first = add_node(std::move(text), types, 0);
+  std::vector<Value> values;
+  for (size_t i = 0; i < types.size(); ++i) values.push_back(Value{first.id + static_cast<int>(i)});
+  return values;
 }
 
 Value Graph::parameter(const Type& type) {
@@ -406,11 +458,9 @@ std::string Graph::emit() const {
   }
   out << ") {\n";
   for (size_t n = 0; n < nodes_.size(); ++n) {
-    const Node& node = nodes_[n];
-    if (node.text.empty()) continue;
-    out << "    %v" << n;
-    if (node.result_types.size() > 1) out << ":" << node.result_types.size();
-    out << " = " << node.text << "\n";
+    if (nodes_[n].in_region) continue;
+    const std::string text = line(n);
+    if (!text.empty()) out << "    " << text << "\n";
   }
   out << "    \"func.return\"" << operand_list(results_) << " : (";
   for (size_t i = 0; i < results_.size(); ++i) {

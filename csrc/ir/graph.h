@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,13 @@ class Graph {
   Value dot_general(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
                     const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
                     const std::vector<int64_t>& rhs_contract, DType result_dtype);
+  // One region whose block arguments have `argument_types`: `build` receives them and returns what the region
+  // yields. Ops built inside `build` belong to the region; they may use values built outside it.
+  using RegionBuilder = std::function<std::vector<Value>(const std::vector<Value>& arguments)>;
+  std::string region(const std::vector<Type>& argument_types, const RegionBuilder& build);
+  // stablehlo.while over the loop-carried values `init`: `cond` returns one i1 scalar, `body` the next values.
+  std::vector<Value> while_loop(const std::vector<Value>& init, const RegionBuilder& cond, const RegionBuilder& body);
+
   // Reads flat[indices[..., 0]]: `flat` is 1-d, `indices` has a trailing dimension of size 1.
   Value gather_flat(Value flat, Value indices);
   // Writes `updates` into flat at indices[..., 0] (last write wins).
@@ -87,8 +95,9 @@ class Graph {
 
  private:
   struct Node {
-    std::string text;        // the op's text after "= "; empty for parameters
+    std::string text;        // the op's text after "= "; empty for parameters and block arguments
     std::vector<Type> result_types;
+    bool in_region = false;  // printed inside its region's text, not in @main
   };
   struct ValueInfo {
     int node;
@@ -99,12 +108,16 @@ class Graph {
   std::string name(Value value) const;
   std::string operand_list(const std::vector<Value>& operands) const;
   std::string signature(const std::vector<Value>& operands, const std::vector<Type>& results) const;
+  std::string type_list(const std::vector<Value>& values) const;  // "(tensor<f32>, tensor<i1>)"
+  std::string line(size_t node) const;                              // "%v7 = ..." ; empty if nothing to print
 
   std::vector<Node> nodes_;
   // A deque: type() hands out references that must stay valid while the graph grows.
   std::deque<ValueInfo> values_;
   std::vector<Value> parameters_;
   std::vector<Value> results_;
+  // The node lists of the regions being built, innermost last: new nodes join the innermost one.
+  std::vector<std::vector<size_t>> open_regions_;
 };
 
 // A region taking `arity` pairs of scalar block arguments (%lhs0, %rhs0, %lhs1, %rhs1, ... for reducers

@@ -72,3 +72,25 @@ TEST_CASE("dot_general, compare/select and rng_bit_generator compile") {
 }
 
 int main() { return torchtpu::testing::run_all(); }
+
+TEST_CASE("a while loop with values from outside its regions compiles and runs") {
+  // Sums x + x + ... (n times) with a counter, where n and x live outside the loop.
+  Graph g;
+  Value x = g.parameter(Type{DType::kF32, {3}});
+  Value n = g.constant_int(4, DType::kI64);
+  auto final_state = g.while_loop(
+      {g.constant_int(0, DType::kI64), g.constant(0.0, DType::kF32, {3})},
+      [&](const std::vector<Value>& s) { return std::vector<Value>{g.compare(s[0], n, Comparison::kLT)}; },
+      [&](const std::vector<Value>& s) {
+        return std::vector<Value>{g.binary("add", s[0], g.constant_int(1, DType::kI64)), g.binary("add", s[1], x)};
+      });
+  g.set_results({final_state[1]});
+  EXPECT(contains(g.emit(), "stablehlo.while"));
+  auto exe = runtime::compile(g.emit(), {{DType::kF32, {3}}});
+  float data[3] = {1, 2, 3};
+  auto in = runtime::upload(data, DType::kF32, {3}, 0, nullptr);
+  auto out = exe->execute(0, {in.get()});
+  float sums[3];
+  runtime::download(*out[0], sums);
+  EXPECT(sums[0] == 4 && sums[1] == 8 && sums[2] == 12);
+}
