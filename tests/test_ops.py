@@ -144,6 +144,13 @@ def test_matmuls(dtype):
     check(torch.mv, randn(3, 7, dtype=dtype), randn(7, dtype=dtype))
     check(lambda b, m, v: torch.addmv(b, m, v, beta=0.5, alpha=2.0), randn(3, dtype=dtype), randn(3, 7, dtype=dtype),
           randn(7, dtype=dtype))
+    check(lambda b, x, y: torch.baddbmm(b, x, y, beta=0.5, alpha=2.0), randn(5, 3, dtype=dtype),
+          randn(4, 5, 7, dtype=dtype), randn(4, 7, 3, dtype=dtype))
+    # addbmm rounds its running sum per batch entry, as CPU does (visible in bfloat16).
+    check(lambda b, x, y: torch.addbmm(b, x, y, beta=0.5, alpha=2.0), randn(5, 3, dtype=dtype),
+          randn(6, 5, 7, dtype=dtype), randn(6, 7, 3, dtype=dtype))
+    check(torch.vdot, randn(7, dtype=dtype), randn(7, dtype=dtype))
+    check(lambda a, b: torch.linalg.cross(a, b, dim=1), randn(4, 3, 2, dtype=dtype), randn(1, 3, 2, dtype=dtype))
 
 
 def test_mse_loss_and_backward():

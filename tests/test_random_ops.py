@@ -112,6 +112,42 @@ def test_exponential(dtype):
     assert abs(x.var().item() - 0.25) < 0.02
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_normal_family(dtype):
+    x = on_tpu(lambda: empty(dtype=dtype).normal_(1.5, 2.0)).double()
+    assert abs(x.mean().item() - 1.5) < 0.03 and abs(x.std().item() - 2.0) < 0.03
+    y = on_tpu(lambda: empty(dtype=dtype).log_normal_(0.0, 0.5)).double()
+    assert y.min() > 0 and abs(y.log().mean().item()) < 0.01 and abs(y.log().std().item() - 0.5) < 0.01
+    # Cauchy has no moments: its median and quartiles are median -/+ sigma.
+    z = on_tpu(lambda: empty(dtype=dtype).cauchy_(1.0, 2.0)).double()
+    assert_close(z.quantile(torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)),
+                 torch.tensor([-1.0, 1.0, 3.0], dtype=torch.float64), atol=0.05, rtol=0)
+
+
+def test_normal_with_tensor_arguments():
+    mean = torch.tensor([-10.0, 0.0, 10.0]).repeat(N // 3, 1).to("tpu")
+    std = torch.tensor([1.0, 0.5, 0.0], device="tpu")
+    x = on_tpu(lambda: torch.normal(mean, std))
+    assert_close(x.mean(0), torch.tensor([-10.0, 0.0, 10.0]), atol=0.02, rtol=0)
+    assert_close(x.std(0), torch.tensor([1.0, 0.5, 0.0]), atol=0.02, rtol=0)
+    y = on_tpu(lambda: torch.normal(mean, 3.0))
+    assert_close(y.std(0), torch.full((3,), 3.0), atol=0.05, rtol=0)
+    z = on_tpu(lambda: torch.normal(2.0, std.repeat(N // 3, 1)))
+    assert_close(z.mean(0), torch.full((3,), 2.0), atol=0.02, rtol=0)
+
+
+def test_normal_negative_std_gives_nan():
+    # CPU raises after reading std; the device cannot, so it marks those samples rather than drawing them.
+    x = torch.normal(torch.zeros(4, device="tpu"), torch.tensor([1.0, -1.0, 1.0, -2.0], device="tpu")).cpu()
+    assert x.isnan().tolist() == [False, True, False, True]
+
+
+def test_geometric():
+    x = on_tpu(lambda: empty().geometric_(0.25)).double()
+    assert x.min() >= 1 and torch.equal(x, x.round())
+    assert abs(x.mean().item() - 4.0) < 0.05  # mean 1 / p
+
+
 # ---- dropout --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -191,3 +227,7 @@ def test_bad_arguments_raise():
         torch.empty(3, device="tpu").bernoulli_(1.5)
     with pytest.raises(RuntimeError, match="lambda > 0"):
         torch.empty(3, device="tpu").exponential_(-1.0)
+    with pytest.raises(RuntimeError, match=r"p to be in \(0, 1\)"):
+        torch.empty(3, device="tpu").geometric_(1.5)
+    with pytest.raises(RuntimeError, match="std"):
+        torch.empty(3, device="tpu").normal_(0.0, -1.0)

@@ -1,5 +1,5 @@
-// Matrix products: mm, addmm, bmm, addmv, dot. dot_general with HIGHEST precision and accumulation in float32 for
-// 16-bit inputs, rounded once to the output dtype.
+// Matrix and vector products: mm, addmm, bmm, baddbmm, addbmm, addmv, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
+// accumulation in float32 for 16-bit inputs, rounded once to the output dtype.
 #include "lowering/helpers.h"
 
 namespace torchtpu::lowering {
@@ -20,29 +20,82 @@ std::vector<Value> lower_mm(LoweringContext& ctx) {
   return {ctx.graph.convert(product, out(ctx).dtype)};
 }
 
-// addmm(self, mat1, mat2, beta, alpha): beta * self + alpha * (mat1 @ mat2)
-std::vector<Value> lower_addmm(LoweringContext& ctx) {
+// beta * self + alpha * product, for the add* family: `product` is in the accumulation dtype, self is
+// argument 0 and broadcasts to the output. beta == 0 ignores self, NaNs included, as PyTorch does.
+Value scale_and_add_self(LoweringContext& ctx, Value product, double beta, double alpha) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
-  Value product = matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2));
-  const double beta = ctx.real(3);
-  const double alpha = ctx.real(4);
   if (alpha != 1.0) product = g.binary("multiply", product, g.constant(alpha, accumulate, out(ctx).dims));
   if (beta != 0.0) {
     Value bias = cast_to(g, ctx.tensor(0), Type{accumulate, out(ctx).dims});
     if (beta != 1.0) bias = g.binary("multiply", bias, g.constant(beta, accumulate, out(ctx).dims));
     product = g.binary("add", product, bias);
   }
-  return {g.convert(product, out(ctx).dtype)};
+  return g.convert(product, out(ctx).dtype);
+}
+
+// addmm(self, mat1, mat2, beta, alpha): beta * self + alpha * (mat1 @ mat2)
+std::vector<Value> lower_addmm(LoweringContext& ctx) {
+  return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)), ctx.real(3), ctx.real(4))};
+}
+
+// A product of two [b, n, m] x [b, m, p] operands, converted to the output dtype first: contracting the batch
+// dimension too sums the b products (addbmm), keeping it gives one product per batch entry (bmm).
+Value batch_product(LoweringContext& ctx, Value a, Value b, bool sum_batches) {
+  Graph& g = ctx.graph;
+  const DType dtype = out(ctx).dtype;
+  a = g.convert(a, dtype);
+  b = g.convert(b, dtype);
+  if (sum_batches) return g.dot_general(a, b, {}, {}, {0, 2}, {0, 1}, accumulation_dtype(dtype));
+  return g.dot_general(a, b, {0}, {0}, {2}, {1}, accumulation_dtype(dtype));
 }
 
 std::vector<Value> lower_bmm(LoweringContext& ctx) {
+  return {ctx.graph.convert(batch_product(ctx, ctx.tensor(0), ctx.tensor(1), false), out(ctx).dtype)};
+}
+
+// baddbmm(self, batch1, batch2, beta, alpha): beta * self + alpha * bmm(batch1, batch2)
+std::vector<Value> lower_baddbmm(LoweringContext& ctx) {
+  return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), false), ctx.real(3), ctx.real(4))};
+}
+
+// addbmm(self, batch1, batch2, beta, alpha): beta * self + alpha * sum over b of batch1[b] @ batch2[b].
+// PyTorch accumulates one addmm_ per batch entry into the result, rounding it to the output dtype each time;
+// for 16-bit outputs that rounding is visible, so they loop the same way. Wider outputs contract all at once.
+std::vector<Value> lower_addbmm(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  const DType dtype = out(ctx).dtype;
-  Value a = g.convert(ctx.tensor(0), dtype);
-  Value b = g.convert(ctx.tensor(1), dtype);
-  Value product = g.dot_general(a, b, {0}, {0}, {2}, {1}, accumulation_dtype(dtype));
-  return {g.convert(product, dtype)};
+  const Type& t = out(ctx);
+  const double beta = ctx.real(3), alpha = ctx.real(4);
+  const Type& batch1 = ctx.type_of(1);
+  if (element_size(t.dtype) > 2 || batch1.dims[0] == 0) {
+    return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), true), beta, alpha)};
+  }
+  const DType accumulate = accumulation_dtype(t.dtype);
+  const Type& batch2 = ctx.type_of(2);
+  Value first = beta == 0 ? g.constant(0.0, t.dtype, t.dims) : cast_to(g, ctx.tensor(0), t);
+  Value zero = g.constant_int(0, DType::kI64);
+  auto entry = [&](Value batch, const Type& type, Value index) {
+    Value slice = g.op("dynamic_slice", {batch, index, zero, zero}, Type{type.dtype, {1, type.dims[1], type.dims[2]}},
+                       "slice_sizes = " + ir::dense_i64_array({1, type.dims[1], type.dims[2]}));
+    return g.convert(g.reshape(slice, {type.dims[1], type.dims[2]}), t.dtype);
+  };
+  auto final_state = g.while_loop(
+      {zero, first},
+      [&](const std::vector<Value>& s) {
+        return std::vector<Value>{g.compare(s[0], g.constant_int(batch1.dims[0], DType::kI64), ir::Comparison::kLT)};
+      },
+      [&](const std::vector<Value>& s) {
+        Value product = g.dot_general(entry(ctx.tensor(1), batch1, s[0]), entry(ctx.tensor(2), batch2, s[0]), {}, {},
+                                      {1}, {0}, accumulate);
+        product = g.binary("multiply", product, g.constant(alpha, accumulate, t.dims));
+        // The first step scales self by beta; later ones add to the rounded running sum.
+        Value scale = g.select(g.compare(s[0], zero, ir::Comparison::kEQ),
+                               g.constant(beta == 0 ? 1.0 : beta, accumulate), g.constant(1.0, accumulate));
+        Value sum = g.binary("add", g.binary("multiply", g.convert(s[1], accumulate), broadcast_to(g, scale, t.dims)),
+                             product);
+        return std::vector<Value>{g.binary("add", s[0], g.constant_int(1, DType::kI64)), g.convert(sum, t.dtype)};
+      });
+  return {final_state[1]};
 }
 
 // dot(self, tensor): a 1-d contraction.
@@ -58,28 +111,46 @@ std::vector<Value> lower_dot(LoweringContext& ctx) {
 std::vector<Value> lower_addmv(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const DType dtype = out(ctx).dtype;
-  const DType accumulate = accumulation_dtype(dtype);
   Value product = g.dot_general(g.convert(ctx.tensor(1), dtype), g.convert(ctx.tensor(2), dtype), {}, {}, {1}, {0},
-                                accumulate);
-  const double beta = ctx.real(3);
-  const double alpha = ctx.real(4);
-  if (alpha != 1.0) product = g.binary("multiply", product, g.constant(alpha, accumulate, out(ctx).dims));
-  if (beta != 0.0) {  // beta == 0 ignores self, NaNs included, as PyTorch does
-    Value bias = cast_to(g, ctx.tensor(0), Type{accumulate, out(ctx).dims});
-    if (beta != 1.0) bias = g.binary("multiply", bias, g.constant(beta, accumulate, out(ctx).dims));
-    product = g.binary("add", product, bias);
+                                accumulation_dtype(dtype));
+  return {scale_and_add_self(ctx, product, ctx.real(3), ctx.real(4))};
+}
+
+// linalg_cross(self, other, dim): the operands broadcast; dim has size 3. Computed in the output dtype, rounding
+// each product as PyTorch does: near-cancelling terms make that rounding visible in 16-bit types.
+std::vector<Value> lower_linalg_cross(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const int64_t dim = wrap_dim(ctx.integer(2), t.rank());
+  auto component = [&](Value v, int64_t k) {
+    std::vector<int64_t> start(t.dims.size(), 0), limit = t.dims, unit(t.dims.size(), 1);
+    start[dim] = k;
+    limit[dim] = k + 1;
+    return g.slice(v, start, limit, unit);
+  };
+  Value a = cast_to(g, ctx.tensor(0), t);
+  Value b = cast_to(g, ctx.tensor(1), t);
+  std::vector<Value> parts;
+  for (int64_t k = 0; k < 3; ++k) {
+    const int64_t next = (k + 1) % 3, after = (k + 2) % 3;
+    parts.push_back(g.binary("subtract", g.binary("multiply", component(a, next), component(b, after)),
+                             g.binary("multiply", component(a, after), component(b, next))));
   }
-  return {g.convert(product, dtype)};
+  return {g.concatenate(parts, dim)};
 }
 
 }  // namespace
 
 void add_linalg_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::addbmm", &lower_addbmm});
   table.push_back({"aten::addmm", &lower_addmm});
   table.push_back({"aten::addmv", &lower_addmv});
+  table.push_back({"aten::baddbmm", &lower_baddbmm});
   table.push_back({"aten::bmm", &lower_bmm});
   table.push_back({"aten::dot", &lower_dot});
+  table.push_back({"aten::linalg_cross", &lower_linalg_cross});
   table.push_back({"aten::mm", &lower_mm});
+  table.push_back({"aten::vdot", &lower_dot});  // real dtypes only: complex never reaches the device
 }
 
 }  // namespace torchtpu::lowering

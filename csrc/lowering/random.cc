@@ -43,28 +43,97 @@ std::vector<Value> lower_uniform(LoweringContext& ctx) {
   return {g.convert(scaled, t.dtype)};
 }
 
-// normal_(self, mean, std, generator): Box-Muller over two uniform draws per sample.
+// Standard normal samples of `dtype` (float32 or float64): Box-Muller over two uniform draws per sample.
+Value standard_normal(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype) {
+  std::vector<int64_t> pair_dims = dims;
+  pair_dims.insert(pair_dims.begin(), 2);
+  Value u = unit_uniform(g, state, pair_dims, dtype);
+  std::vector<int64_t> start(pair_dims.size(), 0), limit = pair_dims, unit(pair_dims.size(), 1);
+  limit[0] = 1;
+  Value u1 = g.reshape(g.slice(u, start, limit, unit), dims);
+  start[0] = 1;
+  limit[0] = 2;
+  Value u2 = g.reshape(g.slice(u, start, limit, unit), dims);
+  // 1 - u1 lies in (0, 1], so the log is finite.
+  Value radius_sq = g.binary("multiply", g.constant(-2.0, dtype, dims),
+                             g.unary("log", g.binary("subtract", g.constant(1.0, dtype, dims), u1)));
+  Value angle = g.binary("multiply", g.constant(2.0 * M_PI, dtype, dims), u2);
+  return g.binary("multiply", g.unary("sqrt", radius_sq), g.unary("cosine", angle));
+}
+
+// mean + std * z in the sampling dtype; `mean` and `std` are already of that type and shape.
+Value shift_and_scale(Graph& g, Value z, Value mean, Value std) {
+  return g.binary("add", g.binary("multiply", z, std), mean);
+}
+
+// normal_(self, mean, std, generator)
 std::vector<Value> lower_normal(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
   const DType dtype = sample_dtype(t.dtype);
-  std::vector<int64_t> pair_dims = t.dims;
-  pair_dims.insert(pair_dims.begin(), 2);
-  Value u = unit_uniform(g, ctx.rng_state, pair_dims, dtype);
-  std::vector<int64_t> start(pair_dims.size(), 0), limit = pair_dims, unit(pair_dims.size(), 1);
-  limit[0] = 1;
-  Value u1 = g.reshape(g.slice(u, start, limit, unit), t.dims);
-  start[0] = 1;
-  limit[0] = 2;
-  Value u2 = g.reshape(g.slice(u, start, limit, unit), t.dims);
-  // 1 - u1 lies in (0, 1], so the log is finite.
-  Value radius_sq = g.binary("multiply", g.constant(-2.0, dtype, t.dims),
-                             g.unary("log", g.binary("subtract", g.constant(1.0, dtype, t.dims), u1)));
-  Value angle = g.binary("multiply", g.constant(2.0 * M_PI, dtype, t.dims), u2);
-  Value z = g.binary("multiply", g.unary("sqrt", radius_sq), g.unary("cosine", angle));
-  Value sample = g.binary("add", g.binary("multiply", z, g.constant(ctx.real(2), dtype, t.dims)),
-                          g.constant(ctx.real(1), dtype, t.dims));
+  Value z = standard_normal(g, ctx.rng_state, t.dims, dtype);
+  Value sample = shift_and_scale(g, z, g.constant(ctx.real(1), dtype, t.dims), g.constant(ctx.real(2), dtype, t.dims));
   return {g.convert(sample, t.dtype)};
+}
+
+// normal.Tensor_Tensor / Tensor_float / float_Tensor (mean, std, generator): the tensor arguments broadcast. CPU
+// rejects a negative std after looking at the data; the device cannot raise, so such samples are NaN rather
+// than quietly drawn from normal(mean, |std|).
+std::vector<Value> lower_normal_functional(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const Type compute{sample_dtype(t.dtype), t.dims};
+  auto operand = [&](size_t i) {
+    return ctx.args[i].kind == Arg::Kind::kTensor ? cast_to(g, ctx.tensor(i), compute)
+                                                 : g.constant(ctx.real(i), compute.dtype, t.dims);
+  };
+  Value mean = operand(0);
+  Value std = operand(1);
+  Value z = standard_normal(g, ctx.rng_state, t.dims, compute.dtype);
+  Value sample = shift_and_scale(g, z, mean, std);
+  Value negative = g.compare(std, g.constant(0.0, compute.dtype, t.dims), ir::Comparison::kLT);
+  sample = g.select(negative, g.constant(std::nan(""), compute.dtype, t.dims), sample);
+  return {g.convert(sample, t.dtype)};
+}
+
+// log_normal_(self, mean, std, generator) = exp(normal(mean, std))
+std::vector<Value> lower_log_normal(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const DType dtype = sample_dtype(t.dtype);
+  Value z = standard_normal(g, ctx.rng_state, t.dims, dtype);
+  Value sample = shift_and_scale(g, z, g.constant(ctx.real(1), dtype, t.dims), g.constant(ctx.real(2), dtype, t.dims));
+  return {g.convert(g.unary("exponential", sample), t.dtype)};
+}
+
+// cauchy_(self, median, sigma, generator): inverse CDF, median + sigma * tan(pi * (u - 1/2)).
+std::vector<Value> lower_cauchy(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const DType dtype = sample_dtype(t.dtype);
+  Value u = unit_uniform(g, ctx.rng_state, t.dims, dtype);
+  Value centred = g.binary("multiply", g.binary("subtract", u, g.constant(0.5, dtype, t.dims)),
+                           g.constant(M_PI, dtype, t.dims));
+  Value sample = shift_and_scale(g, g.chlo("tan", {centred}, Type{dtype, t.dims}),
+                                 g.constant(ctx.real(1), dtype, t.dims), g.constant(ctx.real(2), dtype, t.dims));
+  return {g.convert(sample, t.dtype)};
+}
+
+// geometric_(self, p, generator): trials until the first success, ceil(log(1 - u) / log(1 - p)) >= 1.
+std::vector<Value> lower_geometric(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const double p = ctx.real(1);
+  if (!(p > 0 && p < 1)) {
+    throw std::invalid_argument("geometric_ expects p to be in (0, 1), but got p=" + std::to_string(p));
+  }
+  const DType dtype = sample_dtype(t.dtype);
+  Value u = unit_uniform(g, ctx.rng_state, t.dims, dtype);
+  Value tail = g.unary("log", g.binary("subtract", g.constant(1.0, dtype, t.dims), u));
+  Value trials = g.unary("ceil", g.binary("divide", tail, g.constant(std::log1p(-p), dtype, t.dims)));
+  // u = 0 gives 0 trials; the support starts at 1.
+  trials = g.binary("maximum", trials, g.constant(1.0, dtype, t.dims));
+  return {g.convert(trials, t.dtype)};
 }
 
 // ---- bernoulli, exponential -----------------------------------------------------------------------
@@ -238,9 +307,15 @@ void add_random_rules(std::vector<Rule>& table) {
   table.push_back({"aten::bernoulli", &lower_bernoulli, true});
   table.push_back({"aten::bernoulli_.Tensor", &lower_bernoulli_tensor, true, true});
   table.push_back({"aten::bernoulli_.float", &lower_bernoulli_float, true, true});
+  table.push_back({"aten::cauchy_", &lower_cauchy, true, true});
   table.push_back({"aten::exponential_", &lower_exponential, true, true});
+  table.push_back({"aten::geometric_", &lower_geometric, true, true});
+  table.push_back({"aten::log_normal_", &lower_log_normal, true, true});
   table.push_back({"aten::native_dropout", &lower_native_dropout, true});
   table.push_back({"aten::native_dropout_backward", &lower_native_dropout_backward});
+  table.push_back({"aten::normal.Tensor_Tensor", &lower_normal_functional, true});
+  table.push_back({"aten::normal.Tensor_float", &lower_normal_functional, true});
+  table.push_back({"aten::normal.float_Tensor", &lower_normal_functional, true});
   table.push_back({"aten::normal_", &lower_normal, true, true});
   table.push_back({"aten::random_", &lower_random, true, true});
   table.push_back({"aten::random_.from", &lower_random_from, true, true});
