@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import torchtpu
+from torchtpu.metrics import fallback_ops
 
 from torch.testing import assert_close
 
@@ -280,9 +281,24 @@ MATH_CASES = _math_cases()
 
 @pytest.mark.parametrize("name", sorted(MATH_CASES))
 def test_math_ops_match_cpu_without_fallback(name):
-    from torchtpu.metrics import fallback_ops
-
     fn, *args = MATH_CASES[name]
     torchtpu.reset_metrics()
     check(fn, *args, equal_nan=True, rtol=1e-5, atol=1e-5)
+    assert fallback_ops() == {}
+
+
+def test_masked_scatter_and_nonzero_static():
+    torchtpu.reset_metrics()
+    mask = torch.tensor([[True, False, True], [False, False, True]])
+    check(lambda s, m, src: s.masked_scatter(m, src), randn(2, 3), mask, randn(7))
+    check(lambda s, m, src: s.masked_scatter(m, src), randn(4, 2, 3), mask, randn(30))  # the mask broadcasts
+    check(lambda s, m, src: s.masked_scatter(m, src), torch.arange(6).view(2, 3), mask, torch.arange(10, 13))
+    source = randn(5).requires_grad_()
+    torch.zeros(2, 3).masked_scatter(mask, source).sum().backward()
+    tpu_source = source.detach().to("tpu").requires_grad_()
+    (torch.zeros(2, 3, device="tpu").masked_scatter(tpu(mask), tpu_source) * 2).sum().backward()
+    assert_close(tpu_source.grad.cpu(), torch.tensor([2.0, 2.0, 2.0, 0.0, 0.0]))
+    x = torch.tensor([[0, 3, 0], [5, 0, 7]])
+    for size in (1, 3, 5):
+        check(lambda t: torch.nonzero_static(t, size=size, fill_value=-9), x)
     assert fallback_ops() == {}

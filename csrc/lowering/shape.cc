@@ -1,5 +1,6 @@
 // Shape ops that produce a new tensor (not a view): cat, padding, flip, roll, tril/triu, repeat, the
-// *_scatter family that functionalization emits for writes through views, and masked_fill.
+// *_scatter family that functionalization emits for writes through views, and the masked ops whose output
+// shape does not depend on the mask: masked_fill, masked_scatter(_backward), nonzero_static.
 //
 // Every output shape and dtype comes from PyTorch's meta kernel (ctx.outputs), which has already checked
 // the arguments; the rules only emit.
@@ -225,6 +226,88 @@ std::vector<Value> lower_masked_fill_tensor(LoweringContext& ctx) {
   return {g.select(mask, cast_to(g, ctx.tensor(2), t), cast_to(g, ctx.tensor(0), t))};
 }
 
+// ---- masked_scatter, nonzero_static -----------------------------------------------------------------
+
+// The flat positions of a 1-d bool `mask`, true ones first, each group in increasing order (a stable
+// sort on "is false"): element k < count of true is the k-th true position.
+Value true_positions_first(Graph& g, Value mask) {
+  const Type positions_type{DType::kI64, g.type(mask).dims};
+  Value is_false = g.convert(g.unary("not", mask), DType::kI32);
+  const std::string comparator = g.region(
+      {Type{DType::kI32, {}}, Type{DType::kI32, {}}, Type{DType::kI64, {}}, Type{DType::kI64, {}}},
+      [&](const std::vector<Value>& a) { return std::vector<Value>{g.compare(a[0], a[1], Comparison::kLT)}; });
+  return g.op_multi("stablehlo.sort", {is_false, g.iota(positions_type, 0)}, {g.type(is_false), positions_type},
+                    "dimension = 0 : i64, is_stable = true", comparator)[1];
+}
+
+// masked_scatter(self, mask, source): the k-th true position of the (broadcast) mask takes source's k-th
+// element. CPU raises when source has fewer elements than the mask has true ones; the device cannot, so
+// the positions past source's end keep self's values (the documented gap of device-side checks).
+std::vector<Value> lower_masked_scatter(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const int64_t n = t.numel();
+  if (n == 0) return {cast_to(g, ctx.tensor(0), t)};
+  Value mask = g.reshape(cast_to(g, ctx.tensor(1), Type{DType::kBool, t.dims}), {n});
+  Value self = g.reshape(cast_to(g, ctx.tensor(0), t), {n});
+  const int64_t taken = std::min(n, ctx.type_of(2).numel());
+  if (taken == 0) return {g.reshape(self, t.dims)};
+  Value source = g.slice(g.reshape(g.convert(ctx.tensor(2), t.dtype), {ctx.type_of(2).numel()}), {0}, {taken}, {1});
+  Value targets = g.reshape(g.slice(true_positions_first(g, mask), {0}, {taken}, {1}), {taken, 1});
+  // Targets past the count of true positions are false ones: the select below discards what lands there.
+  Value scattered = g.scatter_flat(self, targets, source);
+  return {g.reshape(g.select(mask, scattered, self), t.dims)};
+}
+
+// masked_scatter_backward(grad_output, mask, sizes): source's gradient, the k-th true position's grad for
+// each k below the count of true positions, zeros after.
+std::vector<Value> lower_masked_scatter_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const Type& grad_type = ctx.type_of(0);
+  const int64_t n = grad_type.numel(), wanted = t.numel();
+  const int64_t taken = std::min(n, wanted);
+  Value zeros = g.constant(0.0, t.dtype, {wanted});
+  if (taken == 0) return {g.reshape(zeros, t.dims)};
+  Value mask = g.reshape(cast_to(g, ctx.tensor(1), Type{DType::kBool, grad_type.dims}), {n});
+  Value grad = g.reshape(ctx.tensor(0), {n});
+  Value positions = g.reshape(g.slice(true_positions_first(g, mask), {0}, {taken}, {1}), {taken, 1});
+  Value picked = g.select(g.gather_flat(mask, positions), g.gather_flat(grad, positions),
+                          g.constant(0.0, t.dtype, {taken}));
+  if (taken < wanted) picked = g.concatenate({picked, g.slice(zeros, {0}, {wanted - taken}, {1})}, 0);
+  return {g.reshape(picked, t.dims)};
+}
+
+// nonzero_static(self, size, fill_value): the row-major indices of the first `size` nonzero elements, rows
+// past their count filled with fill_value.
+std::vector<Value> lower_nonzero_static(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);  // [size, rank] int64
+  const Type& in = ctx.type_of(0);
+  const int64_t n = in.numel(), size = t.dims[0], rank = t.dims[1];
+  const int64_t taken = std::min(n, size);
+  Value fill = g.constant_int(ctx.integer(2), DType::kI64, t.dims);
+  if (taken == 0 || rank == 0) return {fill};
+  Value flat = g.reshape(ctx.tensor(0), {n});
+  Value nonzero = g.compare(flat, g.constant(0.0, in.dtype, {n}), Comparison::kNE);
+  Value positions = g.slice(true_positions_first(g, nonzero), {0}, {taken}, {1});
+  // Row k is real when k < count of nonzeros.
+  Value count = g.reduce(g.convert(nonzero, DType::kI64), g.constant_int(0, DType::kI64), {0}, ir::Reducer::kAdd);
+  Value real_row = g.compare(g.iota(Type{DType::kI64, {taken}}, 0), broadcast_to(g, count, {taken}), Comparison::kLT);
+  std::vector<Value> columns;
+  int64_t stride = 1;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    Value index = g.binary("remainder", g.binary("divide", positions, g.constant_int(stride, DType::kI64, {taken})),
+                           g.constant_int(in.dims[d], DType::kI64, {taken}));
+    columns.insert(columns.begin(), g.reshape(index, {taken, 1}));
+    stride *= in.dims[d];
+  }
+  Value rows = g.select(broadcast_to(g, g.reshape(real_row, {taken, 1}), {taken, rank}), g.concatenate(columns, 1),
+                        g.constant_int(ctx.integer(2), DType::kI64, {taken, rank}));
+  if (taken < size) rows = g.concatenate({rows, g.slice(fill, {0, 0}, {size - taken, rank}, {1, 1})}, 0);
+  return {rows};
+}
+
 }  // namespace
 
 void add_shape_rules(std::vector<Rule>& table) {
@@ -234,6 +317,9 @@ void add_shape_rules(std::vector<Rule>& table) {
   table.push_back({"aten::flip", &lower_flip});
   table.push_back({"aten::masked_fill.Scalar", &lower_masked_fill_scalar});
   table.push_back({"aten::masked_fill.Tensor", &lower_masked_fill_tensor});
+  table.push_back({"aten::masked_scatter", &lower_masked_scatter});
+  table.push_back({"aten::masked_scatter_backward", &lower_masked_scatter_backward});
+  table.push_back({"aten::nonzero_static", &lower_nonzero_static});
   table.push_back({"aten::repeat", &lower_repeat});
   table.push_back({"aten::roll", &lower_roll});
   table.push_back({"aten::select_scatter", &lower_select_scatter});
