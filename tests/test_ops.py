@@ -199,6 +199,10 @@ def test_factories():
     assert_close(torch.arange(1.0, 2.0, 0.25, device="tpu").cpu(), torch.arange(1.0, 2.0, 0.25))
     for steps in (1, 2, 7, 10):
         assert_close(torch.linspace(-1, 2, steps, device="tpu").cpu(), torch.linspace(-1, 2, steps))
+        for dtype in (torch.float32, torch.bfloat16, torch.int64):
+            for base in (10.0, 2.0):
+                assert_close(torch.logspace(-1.5, 2.7, steps, base, dtype=dtype, device="tpu").cpu(),
+                             torch.logspace(-1.5, 2.7, steps, base, dtype=dtype))
     assert torch.empty(3, 4, device="tpu").shape == (3, 4)
     assert torch.zeros(2, dtype=torch.int32, device="tpu").dtype == torch.int32
 

@@ -362,6 +362,7 @@ const std::vector<const char*>& lowered_ops() {
       "logical_xor",
       "logical_xor.out",
       "logical_xor_",
+      "logspace.out",
       "logsumexp",
       "logsumexp.out",
       "lt.Scalar",

@@ -21,24 +21,47 @@ std::vector<Value> lower_arange(LoweringContext& ctx) {
   return {g.convert(g.binary("add", start, g.binary("multiply", index, step)), t.dtype)};
 }
 
-// linspace.out(start, end, steps, out): PyTorch's symmetric formula (the first half counts up from start,
-// the second half down from end), computed in float64 and rounded once.
+// PyTorch's symmetric ramp over `dims` = {steps}, in float64: the first half counts up from start, the
+// second half down from end, so both ends are exact. A single step is just `start`.
+Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps) {
+  Value index = g.iota(Type{DType::kF64, dims}, 0);
+  auto constant = [&](double v) { return g.constant(v, DType::kF64, dims); };
+  start = broadcast_to(g, start, dims);
+  end = broadcast_to(g, end, dims);
+  Value step = steps > 1 ? g.binary("divide", g.binary("subtract", end, start), constant(static_cast<double>(steps - 1)))
+                         : constant(0.0);
+  Value up = g.binary("add", start, g.binary("multiply", index, step));
+  Value down = g.binary("subtract", end,
+                        g.binary("multiply", g.binary("subtract", constant(static_cast<double>(steps - 1)), index), step));
+  const int64_t halfway = std::max<int64_t>(steps / 2, 1);
+  Value first_half = g.compare(index, constant(static_cast<double>(halfway)), ir::Comparison::kLT);
+  return g.select(first_half, up, down);
+}
+
+// linspace.out(start, end, steps, out): the symmetric ramp, rounded once.
 std::vector<Value> lower_linspace(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = ctx.outputs.at(0);
+  Value ramp = symmetric_ramp(g, t.dims, g.constant(ctx.real(0), DType::kF64), g.constant(ctx.real(1), DType::kF64),
+                              ctx.integer(2));
+  return {g.convert(ramp, t.dtype)};
+}
+
+// logspace.out(start, end, steps, base, out): base ** ramp in float64, rounded once. Like PyTorch, the ends
+// are first rounded to the output dtype (truncated for integers) unless there is a single step.
+std::vector<Value> lower_logspace(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = ctx.outputs.at(0);
   const int64_t steps = ctx.integer(2);
-  const double start = ctx.real(0);
-  const double end = ctx.real(1);
-  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
-  Value index = g.iota(Type{DType::kF64, t.dims}, 0);
-  auto constant = [&](double v) { return g.constant(v, DType::kF64, t.dims); };
-  Value up = g.binary("add", constant(start), g.binary("multiply", index, constant(step)));
-  Value down = g.binary("subtract", constant(end),
-                        g.binary("multiply", g.binary("subtract", constant(static_cast<double>(steps - 1)), index), constant(step)));
-  // A single step is just `start`, as PyTorch special-cases it.
-  const int64_t halfway = std::max<int64_t>(steps / 2, 1);
-  Value first_half = g.compare(index, constant(static_cast<double>(halfway)), ir::Comparison::kLT);
-  return {g.convert(g.select(first_half, up, down), t.dtype)};
+  auto end_point = [&](size_t i) {
+    Value exact = g.constant(ctx.real(i), DType::kF64);
+    if (steps == 1) return exact;
+    if (!is_floating(t.dtype)) return g.constant(static_cast<double>(ctx.integer(i)), DType::kF64);
+    return g.convert(g.convert(exact, t.dtype), DType::kF64);
+  };
+  Value ramp = symmetric_ramp(g, t.dims, end_point(0), end_point(1), steps);
+  Value power = g.binary("power", g.constant(ctx.real(3), DType::kF64, t.dims), ramp);
+  return {g.convert(power, t.dtype)};
 }
 
 }  // namespace
@@ -46,6 +69,7 @@ std::vector<Value> lower_linspace(LoweringContext& ctx) {
 void add_factory_rules(std::vector<Rule>& table) {
   table.push_back({"aten::arange.start_out", &lower_arange});
   table.push_back({"aten::linspace.out", &lower_linspace});
+  table.push_back({"aten::logspace.out", &lower_logspace});
 }
 
 }  // namespace torchtpu::lowering
