@@ -230,3 +230,12 @@ def test_topk_nan_and_grad():
     check(lambda t: torch.topk(t, 2), x, equal_nan=True)
     check(lambda t: torch.topk(t, 2, largest=False), x)
     check_grad(lambda t: torch.topk(t, 2).values, torch.randn(4, 6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.uint8, torch.bool],
+                         ids=str)
+def test_hash_tensor_matches_cpu_bits(dtype):
+    x = (torch.randn(3, 4) * 100).to(dtype)
+    for dims in ([], [1], [0, 1]):
+        assert torch.equal(torch.hash_tensor(x.to("tpu"), dims).cpu(), torch.hash_tensor(x, dims))
+    assert torch.equal(torch.hash_tensor(x.to("tpu"), [0], keepdim=True).cpu(), torch.hash_tensor(x, [0], keepdim=True))

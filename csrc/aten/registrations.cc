@@ -276,6 +276,8 @@ const std::vector<const char*>& lowered_ops() {
       "hardtanh_",
       "hardtanh_backward",
       "hardtanh_backward.grad_input",
+      "hash_tensor",
+      "hash_tensor.out",
       "hypot",
       "hypot.out",
       "hypot_",

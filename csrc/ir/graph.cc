@@ -15,6 +15,7 @@ const char* reducer_op(Reducer reducer) {
     case Reducer::kMin: return "stablehlo.minimum";
     case Reducer::kAnd: return "stablehlo.and";
     case Reducer::kOr: return "stablehlo.or";
+    case Reducer::kXor: return "stablehlo.xor";
   }
   return "";
 }

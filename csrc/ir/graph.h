@@ -31,7 +31,7 @@ struct Value {
   bool valid() const { return id >= 0; }
 };
 
-enum class Reducer { kAdd, kMul, kMax, kMin, kAnd, kOr };
+enum class Reducer { kAdd, kMul, kMax, kMin, kAnd, kOr, kXor };
 enum class Comparison { kEQ, kNE, kLT, kLE, kGT, kGE };
 
 class Graph {

@@ -320,6 +320,18 @@ std::vector<Value> lower_vector_norm(LoweringContext& ctx) {
   return {finish(ctx, r, 0)};
 }
 
+// hash_tensor(self, dim[], keepdim, mode): XOR of the elements' bits, after widening each to its 64-bit
+// float or integer equivalent; an empty dim list reduces every dim.
+std::vector<Value> lower_hash_tensor(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type& t = ctx.type_of(0);
+  const DType wide = is_floating(t.dtype) ? DType::kF64 : DType::kI64;  // unsigned values keep their bits
+  Value bits = g.bitcast_convert(g.convert(x, wide), Type{DType::kU64, t.dims});
+  Value hash = g.reduce(bits, g.constant_int(0, DType::kU64), dims_arg(ctx, 1), Reducer::kXor);
+  return {g.reshape(hash, out(ctx).dims)};
+}
+
 // ---- cumsum/cumprod -------------------------------------------------------------------------------
 
 // Inclusive scan along `dim` as a reduce_window whose window spans the whole dim and is padded on the low
@@ -368,6 +380,7 @@ void add_reduction_rules(std::vector<Rule>& table) {
   table.push_back({"aten::cumprod", &lower_cumprod});
   table.push_back({"aten::cumsum", &lower_cumsum});
   table.push_back({"aten::linalg_vector_norm", &lower_vector_norm});
+  table.push_back({"aten::hash_tensor", &lower_hash_tensor});
   table.push_back({"aten::logsumexp", &lower_logsumexp});
   table.push_back({"aten::max", &lower_max});
   table.push_back({"aten::max.dim", &lower_max_dim});
