@@ -148,6 +148,25 @@ def test_geometric():
     assert abs(x.mean().item() - 4.0) < 0.05  # mean 1 / p
 
 
+def test_multinomial_with_replacement_frequencies():
+    p = torch.tensor([[0.0, 1.0, 3.0, 4.0], [5.0, 0.0, 0.0, 5.0]], device="tpu")
+    x = on_tpu(lambda: torch.multinomial(p, 50_000, replacement=True))
+    assert x.dtype == torch.int64 and x.shape == (2, 50_000)
+    frequencies = torch.stack([torch.bincount(row, minlength=4) for row in x]).double() / 50_000
+    assert_close(frequencies, torch.tensor([[0.0, 0.125, 0.375, 0.5], [0.5, 0.0, 0.0, 0.5]], dtype=torch.float64),
+                 atol=0.01, rtol=0)
+    assert torch.multinomial(p[0], 3).shape == (3,)
+
+
+def test_multinomial_without_replacement():
+    p = torch.tensor([1.0, 0.0, 2.0, 1.0, 0.0], device="tpu").repeat(4000, 1)
+    draws = on_tpu(lambda: torch.multinomial(p, 3))
+    # Distinct categories in each row, never a zero-probability one.
+    assert torch.equal(draws.sort(dim=1).values, torch.tensor([[0, 2, 3]]).expand(4000, 3))
+    # The first draw follows p: category 2 half of the time.
+    assert abs((draws[:, 0] == 2).double().mean().item() - 0.5) < 0.03
+
+
 # ---- dropout --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -412,6 +412,8 @@ const std::vector<const char*>& lowered_ops() {
       "mul.Tensor",
       "mul.out",
       "mul_.Tensor",
+      "multinomial",
+      "multinomial.out",
       "nan_to_num",
       "nan_to_num.out",
       "nan_to_num_",

@@ -301,6 +301,42 @@ std::vector<Value> lower_randperm(LoweringContext& ctx) {
   return {g.convert(sorted[1], t.dtype)};
 }
 
+// ---- multinomial -----------------------------------------------------------------------------------
+
+// multinomial(self, num_samples, replacement, generator): self holds unnormalised probabilities over the last
+// dim (1-d or 2-d). Gumbel-max sampling: log(p) plus Gumbel noise, largest first. One noise draw per row
+// gives its first num_samples keys as a draw without replacement; with replacement every sample draws its
+// own noise and takes its largest key. Zero-probability categories get -inf keys and are never drawn.
+// CPU rejects negative, infinite or all-zero rows after reading them; the device cannot raise, which is
+// the documented gap of device-side checks.
+std::vector<Value> lower_multinomial(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const Type& probs = ctx.type_of(0);
+  const int64_t categories = probs.dims.back();
+  const int64_t rows = probs.rank() == 2 ? probs.dims[0] : 1;
+  const int64_t samples = ctx.integer(1);
+  const bool replacement = ctx.boolean(2);
+  if (t.numel() == 0) return {g.constant_int(0, DType::kI64, t.dims)};
+  const DType dtype = sample_dtype(probs.dtype);
+  // keys: [rows, draws, categories], one draw of noise per sample with replacement, one per row without.
+  const int64_t draws = replacement ? samples : 1;
+  const std::vector<int64_t> dims{rows, draws, categories};
+  Value log_p = g.unary("log", g.convert(g.reshape(ctx.tensor(0), {rows, 1, categories}), dtype));
+  Value u = unit_uniform(g, ctx.rng_state, dims, dtype);
+  Value gumbel = g.unary("negate", g.unary("log", g.unary("negate", g.unary("log", u))));
+  Value keys = g.binary("add", broadcast_to(g, log_p, dims), gumbel);
+  const Type index_type{DType::kI64, dims};
+  const std::string descending = g.region(
+      {Type{dtype, {}}, Type{dtype, {}}, Type{DType::kI64, {}}, Type{DType::kI64, {}}},
+      [&](const std::vector<Value>& a) { return std::vector<Value>{g.compare(a[0], a[1], ir::Comparison::kGT)}; });
+  Value order = g.op_multi("stablehlo.sort", {keys, g.iota(index_type, 2)}, {g.type(keys), index_type},
+                           "dimension = 2 : i64, is_stable = true", descending)[1];
+  const int64_t taken = replacement ? 1 : samples;
+  Value picked = g.slice(order, {0, 0, 0}, {rows, draws, taken}, {1, 1, 1});
+  return {g.reshape(picked, t.dims)};
+}
+
 }  // namespace
 
 void add_random_rules(std::vector<Rule>& table) {
@@ -311,6 +347,7 @@ void add_random_rules(std::vector<Rule>& table) {
   table.push_back({"aten::exponential_", &lower_exponential, true, true});
   table.push_back({"aten::geometric_", &lower_geometric, true, true});
   table.push_back({"aten::log_normal_", &lower_log_normal, true, true});
+  table.push_back({"aten::multinomial", &lower_multinomial, true});
   table.push_back({"aten::native_dropout", &lower_native_dropout, true});
   table.push_back({"aten::native_dropout_backward", &lower_native_dropout_backward});
   table.push_back({"aten::normal.Tensor_Tensor", &lower_normal_functional, true});
