@@ -191,6 +191,10 @@ CONVS = {
     "conv_transpose1d": (lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1), (2, 3, 7), (3, 4, 3)),
     "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2,
                                                             dilation=2), (2, 4, 5, 6), (4, 3, 3, 3)),
+    # output_padding past the stride (allowed by the dilation): the input gradient must drop what it adds.
+    "conv_transpose2d_wide_output_padding": (
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(3, 2), padding=(1, 2), output_padding=(2, 3), groups=2,
+                                           dilation=(4, 4)), (2, 2, 4, 4), (2, 2, 4, 5)),
 }
 
 

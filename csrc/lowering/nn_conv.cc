@@ -161,8 +161,13 @@ std::vector<Value> lower_convolution_backward(LoweringContext& ctx) {
   const std::vector<int64_t> kernel_spatial = spatial_of(ctx.type_of(2));
   std::vector<Value> results(3);
   if (mask[0]) {
-    // Transposed: the forward was conv_input_grad, so its input gradient is the ordinary convolution.
+    // Transposed: the forward was conv_input_grad, so its input gradient is the ordinary convolution. Its
+    // output can be longer than the input: output_padding cells it reaches never came from the input.
     Value dx = transposed ? conv(g, dy, w, a) : conv_input_grad(g, dy, w, a, spatial_of(ctx.type_of(1)));
+    const Type& input = ctx.type_of(1);
+    if (g.type(dx).dims != input.dims) {
+      dx = g.slice(dx, std::vector<int64_t>(input.dims.size(), 0), input.dims, ones(input.dims.size()));
+    }
     results[0] = g.convert(dx, ctx.outputs.at(0).dtype);
   }
   if (mask[1] && ctx.outputs.size() > 1) {
