@@ -306,3 +306,18 @@ def test_masked_scatter_and_nonzero_static():
     for size in (1, 3, 5):
         check(lambda t: torch.nonzero_static(t, size=size, fill_value=-9), x)
     assert fallback_ops() == {}
+
+
+def test_unfold_and_sgn_backward_stay_on_device():
+    torchtpu.reset_metrics()
+    x = randn(2, 11, 3).requires_grad_()
+    for size, step in ((3, 2), (4, 4), (1, 3), (5, 1)):
+        x.grad = None
+        (x.unfold(1, size, step) ** 2).sum().backward()
+        xt = tpu(x.detach()).requires_grad_()
+        (xt.unfold(1, size, step) ** 2).sum().backward()
+        assert_close(xt.grad.cpu(), x.grad)
+    xt = torch.randn(4, device="tpu", requires_grad=True)
+    torch.sgn(xt).sum().backward()  # autograd's zero gradient is built on the device
+    assert torch.equal(xt.grad.cpu(), torch.zeros(4))
+    assert fallback_ops() == {}

@@ -6,6 +6,7 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -269,6 +270,8 @@ c10::IValue to_meta(const c10::IValue& v) {
     for (at::Tensor& t : elements) t = to_meta(t);
     return make_list(v, elements);
   }
+  // A factory's device argument: the meta kernel must build meta tensors, not dispatch back to tpu.
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
   return v;
 }
 
@@ -588,6 +591,15 @@ c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::j
     else if (is_tensor_list(v)) {
       for (const at::Tensor& t : list_elements(v)) {
         if (!t.defined() || !t.device().is_cpu()) visit(t, false);  // CPU list elements are copied over
+      }
+    }
+  }
+  if (!device) {
+    // A factory (no tensor arguments): its device argument names the device, the current one without an index.
+    for (size_t i = first; i < stack.size(); ++i) {
+      if (stack[i].isDevice() && stack[i].toDevice().type() == c10::DeviceType::PrivateUse1) {
+        const c10::Device named = stack[i].toDevice();
+        device = named.has_index() ? named : c10::impl::VirtualGuardImpl(c10::DeviceType::PrivateUse1).getDevice();
       }
     }
   }

@@ -336,10 +336,11 @@ Value Graph::slice(Value x, const std::vector<int64_t>& start, const std::vector
                 ", strides = " + dense_i64_array(strides));
 }
 
-Value Graph::pad(Value x, Value padding_value, const std::vector<int64_t>& low, const std::vector<int64_t>& high) {
+Value Graph::pad(Value x, Value padding_value, const std::vector<int64_t>& low, const std::vector<int64_t>& high,
+                 std::vector<int64_t> interior) {
   std::vector<int64_t> dims = type(x).dims;
-  std::vector<int64_t> interior(dims.size(), 0);
-  for (size_t i = 0; i < dims.size(); ++i) dims[i] += low[i] + high[i];
+  if (interior.empty()) interior.assign(dims.size(), 0);
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] += low[i] + high[i] + (dims[i] > 0 ? (dims[i] - 1) * interior[i] : 0);
   return op("pad", {x, padding_value}, Type{type(x).dtype, dims},
             "edge_padding_low = " + dense_i64_array(low) + ", edge_padding_high = " + dense_i64_array(high) +
                 ", interior_padding = " + dense_i64_array(interior));

@@ -69,7 +69,9 @@ class Graph {
   Value transpose(Value x, const std::vector<int64_t>& permutation);
   Value slice(Value x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
               const std::vector<int64_t>& strides);
-  Value pad(Value x, Value padding_value, const std::vector<int64_t>& low, const std::vector<int64_t>& high);
+  // Edge padding (negative values cut) and, optionally, `interior` padding between elements of each dim.
+  Value pad(Value x, Value padding_value, const std::vector<int64_t>& low, const std::vector<int64_t>& high,
+            std::vector<int64_t> interior = {});
   Value iota(const Type& type, int64_t dimension);
   // Joins `parts` along `dim` (a single part is returned as is).
   Value concatenate(const std::vector<Value>& parts, int64_t dim);

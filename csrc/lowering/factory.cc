@@ -64,9 +64,17 @@ std::vector<Value> lower_logspace(LoweringContext& ctx) {
   return {g.convert(power, t.dtype)};
 }
 
+// _efficientzerotensor(size, dtype, ...): autograd's zero gradient. CPU marks it with the ZeroTensor key to
+// skip work; on tpu it is an ordinary tensor of zeros.
+std::vector<Value> lower_efficient_zero_tensor(LoweringContext& ctx) {
+  const Type& t = ctx.outputs.at(0);
+  return {ctx.graph.constant(0.0, t.dtype, t.dims)};
+}
+
 }  // namespace
 
 void add_factory_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_efficientzerotensor", &lower_efficient_zero_tensor});
   table.push_back({"aten::arange.start_out", &lower_arange});
   table.push_back({"aten::linspace.out", &lower_linspace});
   table.push_back({"aten::logspace.out", &lower_logspace});

@@ -226,6 +226,37 @@ std::vector<Value> lower_masked_fill_tensor(LoweringContext& ctx) {
   return {g.select(mask, cast_to(g, ctx.tensor(2), t), cast_to(g, ctx.tensor(0), t))};
 }
 
+// unfold_backward(grad_in, input_sizes, dim, size, step): grad_in is [..., windows, ..., size] with the windows
+// at `dim`; element k of window w came from position w * step + k. Each k adds its slice back, spread by
+// interior padding to every step-th position.
+std::vector<Value> lower_unfold_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const Type& grad_type = ctx.type_of(0);
+  const int64_t rank = t.rank();
+  const int64_t dim = wrap_dim(ctx.integer(2), rank);
+  const int64_t size = ctx.integer(3), step = ctx.integer(4);
+  const int64_t windows = rank == 0 ? 1 : grad_type.dims[dim];
+  const DType accumulate = accumulation_dtype(t.dtype);
+  Value total = g.constant(0.0, accumulate, t.dims);
+  if (rank == 0) return {g.convert(g.reshape(ctx.tensor(0), {}), t.dtype)};
+  std::vector<int64_t> sliced = grad_type.dims;
+  sliced.pop_back();
+  Value zero = g.constant(0.0, accumulate);
+  for (int64_t k = 0; k < size && windows > 0; ++k) {
+    std::vector<int64_t> start(grad_type.dims.size(), 0), limit = grad_type.dims, unit(grad_type.dims.size(), 1);
+    start.back() = k;
+    limit.back() = k + 1;
+    Value part = g.convert(g.reshape(g.slice(ctx.tensor(0), start, limit, unit), sliced), accumulate);
+    std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
+    low[dim] = k;
+    high[dim] = t.dims[dim] - (k + (windows - 1) * step + 1);
+    interior[dim] = step - 1;
+    total = g.binary("add", total, g.pad(part, zero, low, high, interior));
+  }
+  return {g.convert(total, t.dtype)};
+}
+
 // ---- masked_scatter, nonzero_static -----------------------------------------------------------------
 
 // The flat positions of a 1-d bool `mask`, true ones first, each group in increasing order (a stable
@@ -320,6 +351,7 @@ void add_shape_rules(std::vector<Rule>& table) {
   table.push_back({"aten::masked_scatter", &lower_masked_scatter});
   table.push_back({"aten::masked_scatter_backward", &lower_masked_scatter_backward});
   table.push_back({"aten::nonzero_static", &lower_nonzero_static});
+  table.push_back({"aten::unfold_backward", &lower_unfold_backward});
   table.push_back({"aten::repeat", &lower_repeat});
   table.push_back({"aten::roll", &lower_roll});
   table.push_back({"aten::select_scatter", &lower_select_scatter});
