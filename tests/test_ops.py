@@ -151,6 +151,8 @@ def test_matmuls(dtype):
     check(lambda b, x, y: torch.addbmm(b, x, y, beta=0.5, alpha=2.0), randn(5, 3, dtype=dtype),
           randn(6, 5, 7, dtype=dtype), randn(6, 7, 3, dtype=dtype))
     check(torch.vdot, randn(7, dtype=dtype), randn(7, dtype=dtype))
+    check(lambda b, x, y: torch.addr(b, x, y, beta=0.5, alpha=2.0), randn(5, 3, dtype=dtype), randn(5, dtype=dtype),
+          randn(3, dtype=dtype))
     check(lambda a, b: torch.linalg.cross(a, b, dim=1), randn(4, 3, 2, dtype=dtype), randn(1, 3, 2, dtype=dtype))
 
 

@@ -1,4 +1,4 @@
-// Matrix and vector products: mm, addmm, bmm, baddbmm, addbmm, addmv, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
+// Matrix and vector products: mm, addmm, bmm, baddbmm, addbmm, addmv, addr, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
 // accumulation in float32 for 16-bit inputs, rounded once to the output dtype.
 #include "lowering/helpers.h"
 
@@ -116,6 +116,23 @@ std::vector<Value> lower_addmv(LoweringContext& ctx) {
   return {scale_and_add_self(ctx, product, ctx.real(3), ctx.real(4))};
 }
 
+// addr(self, vec1, vec2, beta, alpha): beta * self + (alpha * vec1) outer vec2. Elementwise like PyTorch's
+// kernel, in the output dtype with its rounding after each step; bool outputs use and/or. beta == 0 ignores
+// self, NaNs included.
+std::vector<Value> lower_addr(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const bool logical = t.dtype == DType::kBool;
+  Value v1 = g.broadcast_in_dim(g.convert(ctx.tensor(1), t.dtype), t.dims, {0});
+  Value v2 = g.broadcast_in_dim(g.convert(ctx.tensor(2), t.dtype), t.dims, {1});
+  Value alpha = scalar_constant(ctx, 4, t.dtype, t.dims);
+  Value product = g.binary(logical ? "and" : "multiply", g.binary(logical ? "and" : "multiply", alpha, v1), v2);
+  if (ctx.real(3) == 0) return {product};
+  Value scaled_self = g.binary(logical ? "and" : "multiply", scalar_constant(ctx, 3, t.dtype, t.dims),
+                               cast_to(g, ctx.tensor(0), t));
+  return {g.binary(logical ? "or" : "add", scaled_self, product)};
+}
+
 // linalg_cross(self, other, dim): the operands broadcast; dim has size 3. Computed in the output dtype, rounding
 // each product as PyTorch does: near-cancelling terms make that rounding visible in 16-bit types.
 std::vector<Value> lower_linalg_cross(LoweringContext& ctx) {
@@ -145,6 +162,7 @@ void add_linalg_rules(std::vector<Rule>& table) {
   table.push_back({"aten::addbmm", &lower_addbmm});
   table.push_back({"aten::addmm", &lower_addmm});
   table.push_back({"aten::addmv", &lower_addmv});
+  table.push_back({"aten::addr", &lower_addr});
   table.push_back({"aten::baddbmm", &lower_baddbmm});
   table.push_back({"aten::bmm", &lower_bmm});
   table.push_back({"aten::dot", &lower_dot});
