@@ -238,6 +238,10 @@ cache::ProgramKey make_key(const OpState& state, const torch::jit::Stack& stack,
     } else if (v.isIntList()) {
       const auto ints = v.toIntVector();
       key.add_list(ints.data(), ints.size());
+    } else if (v.isDoubleList()) {
+      const std::vector<double> reals = v.toDoubleVector();
+      key.add(static_cast<int64_t>(reals.size()));
+      for (double r : reals) key.add_double(r);
     } else if (v.isString()) {
       key.add_string(v.toStringRef());
     } else if (v.isBoolList()) {
@@ -418,6 +422,9 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
     } else if (v.isIntList()) {
       a.kind = Arg::Kind::kIntList;
       a.ints = v.toIntVector();
+    } else if (v.isDoubleList()) {
+      a.kind = Arg::Kind::kDoubleList;
+      a.reals = v.toDoubleVector();
     } else if (v.isString()) {
       a.kind = Arg::Kind::kString;
       a.text = v.toStringRef();

@@ -21,23 +21,6 @@ std::vector<Value> lower_arange(LoweringContext& ctx) {
   return {g.convert(g.binary("add", start, g.binary("multiply", index, step)), t.dtype)};
 }
 
-// PyTorch's symmetric ramp over `dims` = {steps}, in float64: the first half counts up from start, the
-// second half down from end, so both ends are exact. A single step is just `start`.
-Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps) {
-  Value index = g.iota(Type{DType::kF64, dims}, 0);
-  auto constant = [&](double v) { return g.constant(v, DType::kF64, dims); };
-  start = broadcast_to(g, start, dims);
-  end = broadcast_to(g, end, dims);
-  Value step = steps > 1 ? g.binary("divide", g.binary("subtract", end, start), constant(static_cast<double>(steps - 1)))
-                         : constant(0.0);
-  Value up = g.binary("add", start, g.binary("multiply", index, step));
-  Value down = g.binary("subtract", end,
-                        g.binary("multiply", g.binary("subtract", constant(static_cast<double>(steps - 1)), index), step));
-  const int64_t halfway = std::max<int64_t>(steps / 2, 1);
-  Value first_half = g.compare(index, constant(static_cast<double>(halfway)), ir::Comparison::kLT);
-  return g.select(first_half, up, down);
-}
-
 // linspace.out(start, end, steps, out): the symmetric ramp, rounded once.
 std::vector<Value> lower_linspace(LoweringContext& ctx) {
   Graph& g = ctx.graph;

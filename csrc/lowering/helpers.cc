@@ -58,6 +58,21 @@ Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::ve
   return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
 }
 
+Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps) {
+  Value index = g.iota(Type{DType::kF64, dims}, 0);
+  auto constant = [&](double v) { return g.constant(v, DType::kF64, dims); };
+  start = broadcast_to(g, start, dims);
+  end = broadcast_to(g, end, dims);
+  Value step = steps > 1 ? g.binary("divide", g.binary("subtract", end, start), constant(static_cast<double>(steps - 1)))
+                         : constant(0.0);
+  Value up = g.binary("add", start, g.binary("multiply", index, step));
+  Value down = g.binary("subtract", end,
+                        g.binary("multiply", g.binary("subtract", constant(static_cast<double>(steps - 1)), index), step));
+  const int64_t halfway = std::max<int64_t>(steps / 2, 1);
+  Value first_half = g.compare(index, constant(static_cast<double>(halfway)), ir::Comparison::kLT);
+  return g.select(first_half, up, down);
+}
+
 Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype) {
   const int64_t rank = g.type(x).rank();
   Value moved = g.dot_general(x, matrix, {}, {}, {dim}, {matrix_dim}, dtype);  // the new dim comes last

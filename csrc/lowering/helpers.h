@@ -23,6 +23,11 @@ Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::ve
 // The type reductions accumulate in: float32 for 16-bit floats, as PyTorch does.
 DType accumulation_dtype(DType dtype);
 
+// PyTorch's symmetric ramp of `steps` values over `dims` = {steps}, from the float64 scalars start to end:
+// the first half counts up from start, the second half down from end, so both ends are exact; a single
+// step is just `start`. linspace, logspace and histogram bin edges use it.
+Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps);
+
 // Contracts dim `dim` of x with dim `matrix_dim` of the 2-d `matrix` (computing in `dtype`); the other
 // matrix dim takes dim's place, so x's dim order is kept. Pooling and padding express per-dim
 // resampling this way.

@@ -21,13 +21,14 @@ using ir::Value;
 
 // One argument of the op, in schema order.
 struct Arg {
-  enum class Kind { kNone, kTensor, kTensorList, kInt, kDouble, kBool, kIntList, kString };
+  enum class Kind { kNone, kTensor, kTensorList, kInt, kDouble, kBool, kIntList, kDoubleList, kString };
   Kind kind = Kind::kNone;
   Value tensor;                 // kTensor
   std::vector<Value> tensors;   // kTensorList
   int64_t integer = 0;          // kInt, and kBool as 0/1
   double real = 0;              // kDouble
   std::vector<int64_t> ints;    // kIntList
+  std::vector<double> reals;    // kDoubleList
   std::string text;             // kString
 };
 
@@ -45,6 +46,7 @@ struct LoweringContext {
   double real(size_t i) const;  // kDouble or kInt, as double
   bool boolean(size_t i) const { return integer(i) != 0; }
   const std::vector<int64_t>& ints(size_t i) const;
+  const std::vector<double>& reals(size_t i) const;
   const std::string& text(size_t i) const;
 };
 
@@ -74,5 +76,6 @@ void add_factory_rules(std::vector<Rule>& table);
 void add_indexing_rules(std::vector<Rule>& table);
 void add_shape_rules(std::vector<Rule>& table);
 void add_padding_rules(std::vector<Rule>& table);
+void add_histogram_rules(std::vector<Rule>& table);
 
 }  // namespace torchtpu::lowering

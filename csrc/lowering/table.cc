@@ -20,6 +20,7 @@ const std::unordered_map<std::string, Rule>& table() {
     add_indexing_rules(all);
     add_shape_rules(all);
     add_padding_rules(all);
+    add_histogram_rules(all);
     std::unordered_map<std::string, Rule> by_name;
     for (const Rule& rule : all) {
       if (!by_name.emplace(rule.op, rule).second) throw std::logic_error(std::string("duplicate rule ") + rule.op);
@@ -56,6 +57,12 @@ const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
   const Arg& a = args.at(i);
   if (a.kind != Arg::Kind::kIntList) throw std::invalid_argument("argument " + std::to_string(i) + " is not an int list");
   return a.ints;
+}
+
+const std::vector<double>& LoweringContext::reals(size_t i) const {
+  const Arg& a = args.at(i);
+  if (a.kind != Arg::Kind::kDoubleList) throw std::invalid_argument("argument " + std::to_string(i) + " is not a float list");
+  return a.reals;
 }
 
 const std::string& LoweringContext::text(size_t i) const {

@@ -1,0 +1,48 @@
+"""histogram on tpu against CPU: equal-width bins over a range or the data, given edges, weights, density,
+elements on edges, outside the range and NaN; bad arguments raise CPU's errors."""
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torchtpu
+from torchtpu.metrics import fallback_ops
+
+
+def check(*args, **kwargs):
+    expected = torch.histogram(*args, **kwargs)
+    tpu_args = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
+    tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    actual = torch.histogram(*tpu_args, **tpu_kwargs)
+    assert_close(actual.hist.cpu(), expected.hist)
+    assert_close(actual.bin_edges.cpu(), expected.bin_edges)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_histogram_matches_cpu(dtype):
+    torchtpu.reset_metrics()
+    x = torch.randn(4, 50, dtype=dtype)
+    weight = torch.rand(4, 50, dtype=dtype)
+    for bins in (1, 30):
+        check(x, bins)
+        check(x, bins, range=(-1.0, 0.5))
+        check(x, bins, weight=weight, density=True)
+    check(torch.full((5,), 3.0, dtype=dtype), 4)  # equal min and max widen by 0.5
+    check(torch.empty(0, dtype=dtype), 4)
+    # Elements exactly on edges, past the range, and NaN.
+    on_edges = torch.tensor([0.0, 0.25, 0.5, 1.0, 1.5, -0.1, float("nan")], dtype=dtype)
+    check(on_edges, 4, range=(0.0, 1.0))
+    edges = torch.tensor([-2.0, -0.5, 0.0, 0.1, 3.0], dtype=dtype)
+    check(x, edges)
+    check(x, edges, weight=weight, density=True)
+    assert fallback_ops() == {}
+
+
+def test_histogram_bad_arguments():
+    x = torch.randn(10, device="tpu")
+    with pytest.raises(RuntimeError, match="bins must be > 0"):
+        torch.histogram(x, 0)
+    with pytest.raises(RuntimeError):
+        torch.histogram(x, 4, range=(1.0, 0.0))
+    with pytest.raises(RuntimeError):
+        torch.histogram(torch.arange(4, device="tpu"), 4)
+    assert torch.histogram(x, 3).hist.sum().item() == 10  # the device is still usable
