@@ -66,6 +66,7 @@ std::vector<std::string> rule_names();
 void add_elementwise_rules(std::vector<Rule>& table);
 void add_reduction_rules(std::vector<Rule>& table);
 void add_linalg_rules(std::vector<Rule>& table);
+void add_linalg_decomposition_rules(std::vector<Rule>& table);
 void add_nn_rules(std::vector<Rule>& table);
 void add_random_rules(std::vector<Rule>& table);
 void add_rnn_rules(std::vector<Rule>& table);

@@ -1,0 +1,603 @@
+// Matrix decompositions and the solvers built on them: Cholesky, triangular solves, LU with partial pivoting
+// (det, slogdet, inv, solve, lu_solve, lu_unpack) and eye.
+//
+// Only portable StableHLO: stablehlo.cholesky and stablehlo.triangular_solve where StableHLO has the op,
+// while loops elsewhere; no LAPACK custom calls, which exist only on the CPU. Matrices are the last two dims;
+// any leading dims are a batch. Results follow LAPACK's conventions as PyTorch's CPU kernels return them:
+// 1-based int32 pivots, `info` = the 1-based position of the first failing pivot (0 on success).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "lowering/helpers.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.at(i); }
+
+std::vector<int64_t> batch_of(const Type& t) { return {t.dims.begin(), t.dims.end() - 2}; }
+
+std::vector<int64_t> append(std::vector<int64_t> dims, std::initializer_list<int64_t> tail) {
+  dims.insert(dims.end(), tail);
+  return dims;
+}
+
+// Swaps the last two dims.
+Value transpose_matrix(Graph& g, Value x) {
+  const int64_t rank = g.type(x).rank();
+  std::vector<int64_t> permutation = dim_range(0, rank - 2);
+  permutation.push_back(rank - 1);
+  permutation.push_back(rank - 2);
+  return g.transpose(x, permutation);
+}
+
+// a @ b over equal batch dims.
+Value matmul(Graph& g, Value a, Value b) {
+  const int64_t rank = g.type(a).rank();
+  const std::vector<int64_t> batch = dim_range(0, rank - 2);
+  return g.dot_general(a, b, batch, batch, {rank - 1}, {rank - 2}, g.type(a).dtype);
+}
+
+// Row and column index of every element of a [..., m, n] shape, as i64.
+Value row_index(Graph& g, const std::vector<int64_t>& dims) {
+  return g.iota(Type{DType::kI64, dims}, static_cast<int64_t>(dims.size()) - 2);
+}
+Value column_index(Graph& g, const std::vector<int64_t>& dims) {
+  return g.iota(Type{DType::kI64, dims}, static_cast<int64_t>(dims.size()) - 1);
+}
+
+Value identity(Graph& g, DType dtype, const std::vector<int64_t>& dims) {
+  Value diagonal = g.compare(row_index(g, dims), column_index(g, dims), ir::Comparison::kEQ);
+  return g.select(diagonal, g.constant(1, dtype, dims), g.constant(0, dtype, dims));
+}
+
+// Zeroes the triangle above (lower) or below (upper) the diagonal.
+Value keep_triangle(Graph& g, Value x, bool lower) {
+  const Type& t = g.type(x);
+  Value keep = g.compare(row_index(g, t.dims), column_index(g, t.dims),
+                         lower ? ir::Comparison::kGE : ir::Comparison::kLE);
+  return g.select(keep, x, g.constant(0, t.dtype, t.dims));
+}
+
+// The diagonal of a square [..., n, n] as [..., n]: the off-diagonal elements are masked out, so infinities
+// and NaNs there don't leak into it.
+Value diagonal_of(Graph& g, Value x) {
+  const Type t = g.type(x);
+  Value on_diagonal = g.compare(row_index(g, t.dims), column_index(g, t.dims), ir::Comparison::kEQ);
+  Value masked = g.select(on_diagonal, x, g.constant(-0.0, t.dtype, t.dims));
+  return g.reduce(masked, g.constant(-0.0, t.dtype), {t.rank() - 1}, ir::Reducer::kAdd);
+}
+
+Value dynamic_slice(Graph& g, Value x, const std::vector<Value>& starts, const std::vector<int64_t>& sizes) {
+  std::vector<Value> operands{x};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return g.op("dynamic_slice", operands, Type{g.type(x).dtype, sizes}, "slice_sizes = " + ir::dense_i64_array(sizes));
+}
+
+// Starts for a dynamic slice at (row, column) of every matrix in a batch of `batch_rank` dims.
+std::vector<Value> matrix_starts(Graph& g, size_t batch_rank, Value row, Value column) {
+  std::vector<Value> starts(batch_rank, g.constant_int(0, DType::kI64));
+  starts.push_back(row);
+  starts.push_back(column);
+  return starts;
+}
+
+// Row `k` (an i64 scalar, the same for the whole batch) of [..., m, n], broadcast back to [..., m, n].
+Value broadcast_row(Graph& g, Value x, Value k) {
+  const Type t = g.type(x);
+  const std::vector<int64_t> batch = batch_of(t);
+  Value row = dynamic_slice(g, x, matrix_starts(g, batch.size(), k, g.constant_int(0, DType::kI64)),
+                            append(batch, {1, t.dims.back()}));
+  return broadcast_to(g, row, t.dims);
+}
+
+// Column `k` of [..., m, n], broadcast back to [..., m, n].
+Value broadcast_column(Graph& g, Value x, Value k) {
+  const Type t = g.type(x);
+  const std::vector<int64_t> batch = batch_of(t);
+  Value column = dynamic_slice(g, x, matrix_starts(g, batch.size(), g.constant_int(0, DType::kI64), k),
+                               append(batch, {t.dims.end()[-2], 1}));
+  return broadcast_to(g, column, t.dims);
+}
+
+// Element [..., k] of a [..., n] vector, k an i64 scalar: [...].
+Value vector_element(Graph& g, Value v, Value k) {
+  const Type t = g.type(v);
+  std::vector<Value> starts(static_cast<size_t>(t.rank() - 1), g.constant_int(0, DType::kI64));
+  starts.push_back(k);
+  std::vector<int64_t> sizes(t.dims.begin(), t.dims.end() - 1);
+  sizes.push_back(1);
+  return g.reshape(dynamic_slice(g, v, starts, sizes), {t.dims.begin(), t.dims.end() - 1});
+}
+
+// stablehlo.triangular_solve: op(a) x = b (left) or x op(a) = b, reading only a's named triangle. a and b
+// share their batch dims.
+Value triangular_solve(Graph& g, Value a, Value b, bool left, bool lower, bool unit_diagonal, bool transpose_a) {
+  const std::string attributes = std::string("left_side = ") + (left ? "true" : "false") +
+                                 ", lower = " + (lower ? "true" : "false") +
+                                 ", unit_diagonal = " + (unit_diagonal ? "true" : "false") +
+                                 ", transpose_a = #stablehlo<transpose " +
+                                 (transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
+  return g.op("triangular_solve", {a, b}, g.type(b), attributes);
+}
+
+// The Cholesky factor of the triangle named by `upper`, with the other triangle zeroed as LAPACK's callers
+// in PyTorch return it.
+Value cholesky_factor(Graph& g, Value a, bool upper) {
+  Value factor = g.op("cholesky", {a}, g.type(a), std::string("lower = ") + (upper ? "false" : "true"));
+  return keep_triangle(g, factor, !upper);
+}
+
+// cholesky(self, upper)
+std::vector<Value> lower_cholesky(LoweringContext& ctx) {
+  return {cholesky_factor(ctx.graph, ctx.tensor(0), ctx.boolean(1))};
+}
+
+// The LAPACK result of a failed lower Cholesky factorization of the lower triangle of a [..., n, n], for the
+// batch elements marked in `failed` [...]: right-looking steps up to the first pivot that is not positive
+// (or NaN), which stays in place unrooted, and that pivot's 1-based position as info (0 elsewhere). The loop
+// runs only while some marked element is unfinished, so it costs nothing when every factorization succeeded.
+std::pair<Value, Value> cholesky_failures(Graph& g, Value a, Value failed) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t n = t.dims.back();
+  const std::vector<int64_t> batch_positions = dim_range(0, static_cast<int64_t>(batch.size()));
+  Value info = g.constant_int(0, DType::kI32, batch);
+  if (n == 0) return {a, info};
+  // The symmetric matrix the lower triangle describes.
+  Value strictly_lower = g.compare(row_index(g, t.dims), column_index(g, t.dims), ir::Comparison::kGT);
+  Value symmetric = g.select(strictly_lower, a, transpose_matrix(g, a));
+  auto body = [&](const std::vector<Value>& s) {
+    Value k = s[0], x = s[1], inf = s[2], done = s[3];
+    Value pivot = g.reshape(dynamic_slice(g, x, matrix_starts(g, batch.size(), k, k), append(batch, {1, 1})), batch);
+    Value bad = g.unary("not", g.compare(pivot, g.constant(0, t.dtype, batch), ir::Comparison::kGT));
+    Value newly_bad = g.binary("and", bad, g.unary("not", done));
+    Value step_number = g.convert(g.binary("add", k, g.constant_int(1, DType::kI64)), DType::kI32);
+    inf = g.select(newly_bad, g.broadcast_in_dim(step_number, batch, {}), inf);
+    done = g.binary("or", done, bad);
+    Value root = g.broadcast_in_dim(g.unary("sqrt", pivot), t.dims, batch_positions);
+    Value k_full = g.broadcast_in_dim(k, t.dims, {});
+    Value rows = row_index(g, t.dims);
+    Value columns = column_index(g, t.dims);
+    Value column = g.binary("divide", broadcast_column(g, x, k), root);  // l[i] for i > k
+    Value row = transpose_matrix(g, column);                               // l[j] for j > k
+    Value below = g.compare(rows, k_full, ir::Comparison::kGT);
+    Value right = g.compare(columns, k_full, ir::Comparison::kGT);
+    Value on_row = g.compare(rows, k_full, ir::Comparison::kEQ);
+    Value on_column = g.compare(columns, k_full, ir::Comparison::kEQ);
+    Value stepped = g.select(g.binary("and", below, right), g.binary("subtract", x, g.binary("multiply", column, row)),
+                             g.select(g.binary("and", below, on_column), column,
+                                      g.select(g.binary("and", on_row, on_column), root, x)));
+    x = g.select(g.broadcast_in_dim(done, t.dims, batch_positions), x, stepped);
+    return std::vector<Value>{g.binary("add", k, g.constant_int(1, DType::kI64)), x, inf, done};
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    Value more = g.compare(s[0], g.constant_int(n, DType::kI64), ir::Comparison::kLT);
+    Value pending = g.reduce(g.unary("not", s[3]), g.constant_int(0, DType::kBool), batch_positions, ir::Reducer::kOr);
+    return std::vector<Value>{g.binary("and", more, pending)};
+  };
+  std::vector<Value> r = g.while_loop({g.constant_int(0, DType::kI64), symmetric, info, g.unary("not", failed)},
+                                      cond, body);
+  return {r[1], r[2]};
+}
+
+// linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info). stablehlo.cholesky gives no position of a
+// failure (XLA fills a failed factor with NaN), so failed batch elements are refactored step by step for
+// LAPACK's info and partial factor. check_errors is raised by linalg.cholesky's own _linalg_check_errors call.
+std::vector<Value> lower_linalg_cholesky_ex(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const bool upper = ctx.boolean(1);
+  // The upper factor of A is the transposed lower factor of A^T.
+  Value a = upper ? transpose_matrix(g, ctx.tensor(0)) : ctx.tensor(0);
+  Value factor = cholesky_factor(g, a, false);
+  Value diagonal = diagonal_of(g, factor);
+  const Type& d = g.type(diagonal);
+  Value bad = g.unary("not", g.compare(diagonal, g.constant(0, d.dtype, d.dims), ir::Comparison::kGT));
+  Value failed = g.reduce(bad, g.constant_int(0, DType::kBool), {d.rank() - 1}, ir::Reducer::kOr);
+  auto [partial, info] = cholesky_failures(g, a, failed);
+  const Type& t = g.type(factor);
+  factor = g.select(g.broadcast_in_dim(failed, t.dims, dim_range(0, t.rank() - 2)), keep_triangle(g, partial, true),
+                    factor);
+  return {upper ? transpose_matrix(g, factor) : factor, info};
+}
+
+// cholesky_inverse(self, upper): (L L^T)^-1 = L^-T L^-1, or (U^T U)^-1 = U^-1 U^-T, from the factor's triangle.
+std::vector<Value> lower_cholesky_inverse(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value factor = ctx.tensor(0);
+  const bool upper = ctx.boolean(1);
+  const Type& t = g.type(factor);
+  Value inverse_factor = triangular_solve(g, factor, identity(g, t.dtype, t.dims), true, !upper, false, false);
+  Value transposed = transpose_matrix(g, inverse_factor);
+  return {upper ? matmul(g, inverse_factor, transposed) : matmul(g, transposed, inverse_factor)};
+}
+
+// _cholesky_solve_helper(self=B, A=factor, upper): two triangular solves; batch dims are already broadcast.
+std::vector<Value> lower_cholesky_solve_helper(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value b = ctx.tensor(0);
+  Value factor = ctx.tensor(1);
+  const bool upper = ctx.boolean(2);
+  // lower: L y = b, L^T x = y.  upper: U^T y = b, U x = y.
+  Value y = triangular_solve(g, factor, b, true, !upper, false, upper);
+  return {triangular_solve(g, factor, y, true, !upper, false, !upper)};
+}
+
+// triangular_solve(self=B, A, upper, transpose, unitriangular) -> (solution, cloned_coefficient)
+std::vector<Value> lower_triangular_solve(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value b = broadcast_to(g, ctx.tensor(0), out(ctx, 0).dims);
+  Value a = broadcast_to(g, ctx.tensor(1), out(ctx, 1).dims);
+  return {triangular_solve(g, a, b, true, !ctx.boolean(2), ctx.boolean(4), ctx.boolean(3)), a};
+}
+
+// linalg_solve_triangular(self=A, B, *, upper, left, unitriangular)
+std::vector<Value> lower_linalg_solve_triangular(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& result = out(ctx);
+  const Type& a_type = ctx.type_of(0);
+  Value a = broadcast_to(g, ctx.tensor(0), append(batch_of(result), {a_type.dims.end()[-2], a_type.dims.back()}));
+  Value b = broadcast_to(g, ctx.tensor(1), result.dims);
+  return {triangular_solve(g, a, b, ctx.boolean(3), !ctx.boolean(2), ctx.boolean(4), false)};
+}
+
+// ---- LU with partial pivoting ----
+
+// Swaps entries (rows, for rank = vector rank + 1) k and p[...] along dim `dim` of x, where k is one i64
+// scalar and p an i64 index per batch element (shape: x's dims up to `dim`). Selects, not arithmetic, so
+// infinities and NaNs move unchanged.
+Value swap_along(Graph& g, Value x, int64_t dim, Value k, Value p) {
+  const Type t = g.type(x);
+  Value index = g.iota(Type{DType::kI64, t.dims}, dim);
+  Value p_full = g.broadcast_in_dim(p, t.dims, dim_range(0, dim));
+  Value at_k = g.compare(index, g.broadcast_in_dim(k, t.dims, {}), ir::Comparison::kEQ);
+  Value at_p = g.compare(index, p_full, ir::Comparison::kEQ);
+  // The entries at k, and at p (picked by a masked sum: every other term is an exact zero).
+  std::vector<int64_t> starts_sizes = t.dims;
+  starts_sizes[static_cast<size_t>(dim)] = 1;
+  std::vector<Value> starts(static_cast<size_t>(t.rank()), g.constant_int(0, DType::kI64));
+  starts[static_cast<size_t>(dim)] = k;
+  Value entry_k = broadcast_to(g, dynamic_slice(g, x, starts, starts_sizes), t.dims);
+  const bool is_float = is_floating(t.dtype);
+  Value zero = is_float ? g.constant(-0.0, t.dtype) : g.constant_int(0, t.dtype);
+  Value picked = g.select(at_p, x, g.broadcast_in_dim(zero, t.dims, {}));
+  Value entry_p = g.reduce(picked, zero, {dim}, ir::Reducer::kAdd);
+  std::vector<int64_t> kept = dim_range(0, t.rank());
+  kept.erase(kept.begin() + dim);
+  entry_p = g.broadcast_in_dim(entry_p, t.dims, kept);
+  return g.select(at_k, entry_p, g.select(at_p, entry_k, x));
+}
+
+struct Lu {
+  Value lu;           // [..., m, n]: unit-lower L below the diagonal, U on and above it
+  Value pivots;       // i32 [..., min(m, n)], 1-based rows swapped with each row in turn
+  Value permutation;  // i64 [..., m]: row i of L U is row permutation[i] of the input
+  Value info;         // i32 [...]: 1-based first zero pivot, 0 if none
+};
+
+// Right-looking LU with partial pivoting, one column per loop step. The pivot is the first largest |a| in
+// the column on or below the diagonal, as LAPACK's getrf picks it; a zero pivot column is left unscaled and
+// recorded in info.
+Lu lu_factor(Graph& g, Value a) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t n = t.dims.back();
+  const int64_t steps = std::min(m, n);
+  Value permutation = g.iota(Type{DType::kI64, append(batch, {m})}, static_cast<int64_t>(batch.size()));
+  Value pivots = g.constant_int(0, DType::kI32, append(batch, {steps}));
+  Value info = g.constant_int(0, DType::kI32, batch);
+  if (steps == 0) return {a, pivots, permutation, info};
+
+  const int64_t batch_rank = static_cast<int64_t>(batch.size());
+  auto body = [&](const std::vector<Value>& s) {
+    Value k = s[0], x = s[1], perm = s[2], piv = s[3], inf = s[4];
+    Value rows = row_index(g, t.dims);
+    Value columns = column_index(g, t.dims);
+    Value k_full = g.broadcast_in_dim(k, t.dims, {});
+    // The pivot row: first largest |x[i, k]| for i >= k.
+    Value column = g.reshape(dynamic_slice(g, x, matrix_starts(g, batch.size(), g.constant_int(0, DType::kI64), k),
+                                           append(batch, {m, 1})),
+                             append(batch, {m}));
+    const std::vector<int64_t> vector_dims = append(batch, {m});
+    Value vector_rows = g.iota(Type{DType::kI64, vector_dims}, batch_rank);
+    Value eligible = g.compare(vector_rows, g.broadcast_in_dim(k, vector_dims, {}), ir::Comparison::kGE);
+    Value magnitude = g.select(eligible, g.unary("abs", column), g.constant(-1, t.dtype, vector_dims));
+    Value largest = g.reduce(magnitude, g.constant(-1, t.dtype), {batch_rank}, ir::Reducer::kMax);
+    Value is_largest = g.compare(magnitude, g.broadcast_in_dim(largest, vector_dims, dim_range(0, batch_rank)),
+                                 ir::Comparison::kEQ);
+    Value row_or_end = g.select(is_largest, vector_rows, g.constant_int(m, DType::kI64, vector_dims));
+    Value p = g.reduce(row_or_end, g.constant_int(m, DType::kI64), {batch_rank}, ir::Reducer::kMin);
+    // A NaN column has no largest entry: keep the diagonal row.
+    Value no_pivot = g.compare(p, g.constant_int(m, DType::kI64, batch), ir::Comparison::kEQ);
+    p = g.select(no_pivot, g.broadcast_in_dim(k, batch, {}), p);
+
+    x = swap_along(g, x, batch_rank, k, p);
+    perm = swap_along(g, perm, batch_rank, k, p);
+    const std::vector<int64_t> pivot_dims = append(batch, {steps});
+    Value at_k = g.compare(g.iota(Type{DType::kI64, pivot_dims}, batch_rank), g.broadcast_in_dim(k, pivot_dims, {}),
+                           ir::Comparison::kEQ);
+    Value pivot_row = g.convert(g.binary("add", p, g.constant_int(1, DType::kI64, batch)), DType::kI32);
+    piv = g.select(at_k, g.broadcast_in_dim(pivot_row, pivot_dims, dim_range(0, batch_rank)), piv);
+
+    // Eliminate below the pivot.
+    Value pivot = g.reshape(dynamic_slice(g, x, matrix_starts(g, batch.size(), k, k), append(batch, {1, 1})), batch);
+    Value zero_pivot = g.compare(pivot, g.constant(0, t.dtype, batch), ir::Comparison::kEQ);
+    Value first_zero = g.binary("and", zero_pivot, g.compare(inf, g.constant_int(0, DType::kI32, batch),
+                                                             ir::Comparison::kEQ));
+    Value step_number = g.convert(g.binary("add", k, g.constant_int(1, DType::kI64)), DType::kI32);
+    inf = g.select(first_zero, g.broadcast_in_dim(step_number, batch, {}), inf);
+
+    Value column_k = broadcast_column(g, x, k);
+    Value scaled = g.binary("divide", column_k, g.broadcast_in_dim(pivot, t.dims, dim_range(0, batch_rank)));
+    Value multipliers = g.select(g.broadcast_in_dim(zero_pivot, t.dims, dim_range(0, batch_rank)), column_k, scaled);
+    Value updated = g.binary("subtract", x, g.binary("multiply", multipliers, broadcast_row(g, x, k)));
+    Value below = g.compare(rows, k_full, ir::Comparison::kGT);
+    Value right = g.compare(columns, k_full, ir::Comparison::kGT);
+    Value on_column = g.compare(columns, k_full, ir::Comparison::kEQ);
+    x = g.select(g.binary("and", below, right), updated,
+                 g.select(g.binary("and", below, on_column), multipliers, x));
+    return std::vector<Value>{g.binary("add", k, g.constant_int(1, DType::kI64)), x, perm, piv, inf};
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], g.constant_int(steps, DType::kI64), ir::Comparison::kLT)};
+  };
+  std::vector<Value> r = g.while_loop({g.constant_int(0, DType::kI64), a, permutation, pivots, info}, cond, body);
+  return {r[1], r[3], r[2], r[4]};
+}
+
+// The row permutation the 1-based LAPACK `pivots` [..., k] describe over m rows: row i of L U is row
+// permutation[i] of A (i64 [..., m]).
+Value permutation_from_pivots(Graph& g, Value pivots, int64_t m) {
+  const Type t = g.type(pivots);
+  const std::vector<int64_t> batch(t.dims.begin(), t.dims.end() - 1);
+  const int64_t steps = t.dims.back();
+  const int64_t batch_rank = static_cast<int64_t>(batch.size());
+  Value permutation = g.iota(Type{DType::kI64, append(batch, {m})}, batch_rank);
+  if (steps == 0 || m == 0) return permutation;
+  auto body = [&](const std::vector<Value>& s) {
+    Value k = s[0];
+    Value p = g.binary("subtract", g.convert(vector_element(g, s[1], k), DType::kI64),
+                       g.constant_int(1, DType::kI64, batch));
+    Value perm = swap_along(g, s[2], batch_rank, k, p);
+    return std::vector<Value>{g.binary("add", k, g.constant_int(1, DType::kI64)), s[1], perm};
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], g.constant_int(steps, DType::kI64), ir::Comparison::kLT)};
+  };
+  return g.while_loop({g.constant_int(0, DType::kI64), pivots, permutation}, cond, body)[2];
+}
+
+// The permutation matrix P with A = P L U: P[r, c] = 1 where permutation[c] == r.
+Value permutation_matrix(Graph& g, Value permutation, DType dtype) {
+  const Type t = g.type(permutation);
+  const int64_t m = t.dims.back();
+  const std::vector<int64_t> dims = append({t.dims.begin(), t.dims.end() - 1}, {m, m});
+  Value source = g.broadcast_in_dim(permutation, dims, append(dim_range(0, t.rank() - 1), {t.rank()}));
+  Value is_one = g.compare(source, row_index(g, dims), ir::Comparison::kEQ);
+  return g.select(is_one, g.constant(1, dtype, dims), g.constant(0, dtype, dims));
+}
+
+// out[..., i, :] = x[..., rows[..., i], :] for x [..., m, k] and i64 rows [..., m], by one gather.
+Value gather_rows(Graph& g, Value x, Value rows) {
+  const Type t = g.type(x);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t k = t.dims.back();
+  if (t.numel() == 0) return x;
+  // Flat index of (batch b, row rows[b, i], column c) = (b * m + rows[b, i]) * k + c.
+  std::vector<int64_t> batch = batch_of(t);
+  int64_t batch_count = 1;
+  for (int64_t d : batch) batch_count *= d;
+  const std::vector<int64_t> flat_dims{batch_count, m, k};
+  Value batch_start = g.binary("multiply", g.iota(Type{DType::kI64, flat_dims}, 0),
+                               g.constant_int(m, DType::kI64, flat_dims));
+  Value source_rows = g.broadcast_in_dim(g.reshape(rows, {batch_count, m}), flat_dims, {0, 1});
+  Value flat = g.binary("add", g.binary("multiply", g.binary("add", batch_start, source_rows),
+                                        g.constant_int(k, DType::kI64, flat_dims)),
+                        g.iota(Type{DType::kI64, flat_dims}, 2));
+  Value picked = g.gather_flat(g.reshape(x, {t.numel()}), g.reshape(flat, {batch_count, m, k, 1}));
+  return g.reshape(picked, t.dims);
+}
+
+// The inverse of a permutation [..., m]: inverse[permutation[i]] = i, found as the position of each value.
+Value invert_permutation(Graph& g, Value permutation) {
+  const Type t = g.type(permutation);
+  const int64_t m = t.dims.back();
+  const int64_t batch_rank = t.rank() - 1;
+  const std::vector<int64_t> dims = append({t.dims.begin(), t.dims.end() - 1}, {m, m});
+  // match[..., j, i]: permutation[i] == j.
+  Value values = g.broadcast_in_dim(permutation, dims, append(dim_range(0, batch_rank), {batch_rank + 1}));
+  Value match = g.compare(values, g.iota(Type{DType::kI64, dims}, batch_rank), ir::Comparison::kEQ);
+  Value positions = g.select(match, g.iota(Type{DType::kI64, dims}, batch_rank + 1),
+                             g.constant_int(0, DType::kI64, dims));
+  return g.reduce(positions, g.constant_int(0, DType::kI64), {batch_rank + 1}, ir::Reducer::kAdd);
+}
+
+// Solves A X = B (or A^T X = B when adjoint) from A's LU factors; lu [..., n, n], b [..., n, k] with equal
+// batch dims, permutation from the pivots.
+Value lu_solve_left(Graph& g, Value lu, Value permutation, Value b, bool adjoint) {
+  if (!adjoint) {  // A = P L U: X = U^-1 L^-1 P^T B
+    Value y = triangular_solve(g, lu, gather_rows(g, b, permutation), true, true, true, false);
+    return triangular_solve(g, lu, y, true, false, false, false);
+  }
+  // A^T = U^T L^T P^T: X = P L^-T U^-T B
+  Value y = triangular_solve(g, lu, b, true, false, false, true);
+  Value z = triangular_solve(g, lu, y, true, true, true, true);
+  return gather_rows(g, z, invert_permutation(g, permutation));
+}
+
+// Solves op(A) X = B (left) or X op(A) = B via the transposed system.
+Value lu_solve(Graph& g, Value lu, Value permutation, Value b, bool left, bool adjoint) {
+  if (left) return lu_solve_left(g, lu, permutation, b, adjoint);
+  return transpose_matrix(g, lu_solve_left(g, lu, permutation, transpose_matrix(g, b), !adjoint));
+}
+
+void require_pivoting(const LoweringContext& ctx, size_t arg) {
+  if (!ctx.boolean(arg)) {
+    throw std::invalid_argument("LU without pivoting is not implemented on the CPU, so neither on tpu");
+  }
+}
+
+// linalg_lu_factor_ex(A, *, pivot, check_errors) -> (LU, pivots, info)
+std::vector<Value> lower_linalg_lu_factor_ex(LoweringContext& ctx) {
+  require_pivoting(ctx, 1);
+  Lu lu = lu_factor(ctx.graph, ctx.tensor(0));
+  return {lu.lu, lu.pivots, lu.info};
+}
+
+// The unit-lower L [..., m, k] and upper U [..., k, n] held in a packed LU [..., m, n], k = min(m, n).
+std::pair<Value, Value> unpack_lu(Graph& g, Value lu) {
+  const Type t = g.type(lu);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t n = t.dims.back();
+  const int64_t k = std::min(m, n);
+  const std::vector<int64_t> batch = batch_of(t);
+  std::vector<int64_t> zero(static_cast<size_t>(t.rank()), 0), unit(static_cast<size_t>(t.rank()), 1);
+  Value l = g.slice(lu, zero, append(batch, {m, k}), unit);
+  const Type l_type = g.type(l);
+  Value strictly_lower = g.compare(row_index(g, l_type.dims), column_index(g, l_type.dims), ir::Comparison::kGT);
+  l = g.binary("add", g.select(strictly_lower, l, g.constant(0, t.dtype, l_type.dims)),
+               identity(g, t.dtype, l_type.dims));
+  Value u = keep_triangle(g, g.slice(lu, zero, append(batch, {k, n}), unit), false);
+  return {l, u};
+}
+
+// linalg_lu(A, *, pivot) -> (P, L, U)
+std::vector<Value> lower_linalg_lu(LoweringContext& ctx) {
+  require_pivoting(ctx, 1);
+  Graph& g = ctx.graph;
+  Lu lu = lu_factor(g, ctx.tensor(0));
+  auto [l, u] = unpack_lu(g, lu.lu);
+  return {permutation_matrix(g, lu.permutation, out(ctx, 0).dtype), l, u};
+}
+
+// lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U); the parts not asked for are empty.
+std::vector<Value> lower_lu_unpack(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value lu = ctx.tensor(0);
+  const Type t = g.type(lu);
+  std::vector<Value> results;
+  if (ctx.boolean(3)) {
+    Value permutation = permutation_from_pivots(g, ctx.tensor(1), t.dims.end()[-2]);
+    results.push_back(permutation_matrix(g, permutation, out(ctx, 0).dtype));
+  } else {
+    results.push_back(g.constant(0, out(ctx, 0).dtype, out(ctx, 0).dims));
+  }
+  if (ctx.boolean(2)) {
+    auto [l, u] = unpack_lu(g, lu);
+    results.push_back(l);
+    results.push_back(u);
+  } else {
+    results.push_back(g.constant(0, out(ctx, 1).dtype, out(ctx, 1).dims));
+    results.push_back(g.constant(0, out(ctx, 2).dtype, out(ctx, 2).dims));
+  }
+  return results;
+}
+
+// linalg_lu_solve(LU, pivots, B, *, left, adjoint): LU and B broadcast over the result's batch dims.
+std::vector<Value> lower_linalg_lu_solve(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& result = out(ctx);
+  const Type& lu_type = ctx.type_of(0);
+  const std::vector<int64_t> batch = batch_of(result);
+  const int64_t n = lu_type.dims.back();
+  Value lu = broadcast_to(g, ctx.tensor(0), append(batch, {n, n}));
+  Value pivots = broadcast_to(g, ctx.tensor(1), append(batch, {n}));
+  Value b = broadcast_to(g, ctx.tensor(2), result.dims);
+  return {lu_solve(g, lu, permutation_from_pivots(g, pivots, n), b, ctx.boolean(3), ctx.boolean(4))};
+}
+
+// (-1)^(number of rows the pivots swap), as `dtype` [...].
+Value permutation_sign(Graph& g, Value pivots, DType dtype) {
+  const Type t = g.type(pivots);
+  Value position = g.binary("add", g.iota(Type{DType::kI32, t.dims}, t.rank() - 1),
+                            g.constant_int(1, DType::kI32, t.dims));
+  Value swapped = g.compare(pivots, position, ir::Comparison::kNE);
+  Value factor = g.select(swapped, g.constant(-1, dtype, t.dims), g.constant(1, dtype, t.dims));
+  return g.reduce(factor, g.constant(1, dtype), {t.rank() - 1}, ir::Reducer::kMul);
+}
+
+// _linalg_det(A) -> (result, LU, pivots)
+std::vector<Value> lower_linalg_det(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Lu lu = lu_factor(g, ctx.tensor(0));
+  Value diagonal = diagonal_of(g, lu.lu);
+  const Type& d = g.type(diagonal);
+  Value product = g.reduce(diagonal, g.constant(1, d.dtype), {d.rank() - 1}, ir::Reducer::kMul);
+  return {g.binary("multiply", product, permutation_sign(g, lu.pivots, d.dtype)), lu.lu, lu.pivots};
+}
+
+// _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots); a singular A has sign 0 and logabsdet -inf.
+std::vector<Value> lower_linalg_slogdet(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Lu lu = lu_factor(g, ctx.tensor(0));
+  Value diagonal = diagonal_of(g, lu.lu);
+  const Type& d = g.type(diagonal);
+  Value signs = g.reduce(g.unary("sign", diagonal), g.constant(1, d.dtype), {d.rank() - 1}, ir::Reducer::kMul);
+  Value sign = g.binary("multiply", signs, permutation_sign(g, lu.pivots, d.dtype));
+  Value logabsdet = g.reduce(g.unary("log", g.unary("abs", diagonal)), g.constant(0, d.dtype), {d.rank() - 1},
+                             ir::Reducer::kAdd);
+  return {sign, logabsdet, lu.lu, lu.pivots};
+}
+
+// linalg_inv_ex(A, *, check_errors) -> (inverse, info)
+std::vector<Value> lower_linalg_inv_ex(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value a = ctx.tensor(0);
+  Lu lu = lu_factor(g, a);
+  const Type& t = g.type(a);
+  return {lu_solve(g, lu.lu, lu.permutation, identity(g, t.dtype, t.dims), true, false), lu.info};
+}
+
+// _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info). A vector B (result of rank
+// A's - 1) is a one-column matrix.
+std::vector<Value> lower_linalg_solve_ex(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& result = out(ctx, 0);
+  const Type& lu_type = out(ctx, 1);
+  const bool left = ctx.boolean(2);
+  Value a = broadcast_to(g, ctx.tensor(0), lu_type.dims);
+  Lu lu = lu_factor(g, a);
+  const bool vector = result.rank() == lu_type.rank() - 1;
+  const std::vector<int64_t> b_dims = vector ? append(result.dims, {1}) : result.dims;
+  Value b = broadcast_to(g, g.reshape(ctx.tensor(1), vector ? append(g.type(ctx.tensor(1)).dims, {1})
+                                                            : g.type(ctx.tensor(1)).dims),
+                         b_dims);
+  if (vector && !left) b = transpose_matrix(g, b);
+  Value x = lu_solve(g, lu.lu, lu.permutation, b, left, false);
+  return {g.reshape(x, result.dims), lu.lu, lu.pivots, lu.info};
+}
+
+// eye.out(n, *, out) and eye.m_out(n, m, *, out): the identity of out's shape and dtype.
+std::vector<Value> lower_eye_out(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  Value diagonal = g.compare(g.iota(Type{DType::kI64, t.dims}, 0), g.iota(Type{DType::kI64, t.dims}, 1),
+                             ir::Comparison::kEQ);
+  if (t.dtype == DType::kBool) return {diagonal};
+  return {g.convert(diagonal, t.dtype)};
+}
+
+}  // namespace
+
+void add_linalg_decomposition_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_cholesky_solve_helper", &lower_cholesky_solve_helper});
+  table.push_back({"aten::_linalg_det", &lower_linalg_det});
+  table.push_back({"aten::_linalg_slogdet", &lower_linalg_slogdet});
+  table.push_back({"aten::_linalg_solve_ex", &lower_linalg_solve_ex});
+  table.push_back({"aten::cholesky", &lower_cholesky});
+  table.push_back({"aten::cholesky_inverse", &lower_cholesky_inverse});
+  table.push_back({"aten::eye.m_out", &lower_eye_out});
+  table.push_back({"aten::eye.out", &lower_eye_out});
+  table.push_back({"aten::linalg_cholesky_ex", &lower_linalg_cholesky_ex});
+  table.push_back({"aten::linalg_inv_ex", &lower_linalg_inv_ex});
+  table.push_back({"aten::linalg_lu", &lower_linalg_lu});
+  table.push_back({"aten::linalg_lu_factor_ex", &lower_linalg_lu_factor_ex});
+  table.push_back({"aten::linalg_lu_solve", &lower_linalg_lu_solve});
+  table.push_back({"aten::linalg_solve_triangular", &lower_linalg_solve_triangular});
+  table.push_back({"aten::lu_unpack", &lower_lu_unpack});
+  table.push_back({"aten::triangular_solve", &lower_triangular_solve});
+}
+
+}  // namespace torchtpu::lowering
