@@ -401,6 +401,7 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
       if (t.defined() && rule_reads(state, i)) {
         a.kind = Arg::Kind::kTensor;
         a.tensor = read_tensor(g, t, *compiled, {i, -1});
+        a.contiguous = t.is_contiguous();
       }
     } else if (is_tensor_list(v)) {
       a.kind = Arg::Kind::kTensorList;

@@ -518,10 +518,17 @@ Value permutation_sign(Graph& g, Value pivots, DType dtype) {
   return g.reduce(factor, g.constant(1, dtype), {t.rank() - 1}, ir::Reducer::kMul);
 }
 
+// The LU factors _linalg_det and _linalg_slogdet return: PyTorch's CPU kernel factors A^T when A is
+// contiguous (its column-major layout), and the backward formulas expect exactly that.
+Lu determinant_factors(const LoweringContext& ctx) {
+  Value a = ctx.tensor(0);
+  return lu_factor(ctx.graph, ctx.args[0].contiguous ? transpose_matrix(ctx.graph, a) : a);
+}
+
 // _linalg_det(A) -> (result, LU, pivots)
 std::vector<Value> lower_linalg_det(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  Lu lu = lu_factor(g, ctx.tensor(0));
+  Lu lu = determinant_factors(ctx);
   Value diagonal = diagonal_of(g, lu.lu);
   const Type& d = g.type(diagonal);
   Value product = g.reduce(diagonal, g.constant(1, d.dtype), {d.rank() - 1}, ir::Reducer::kMul);
@@ -531,7 +538,7 @@ std::vector<Value> lower_linalg_det(LoweringContext& ctx) {
 // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots); a singular A has sign 0 and logabsdet -inf.
 std::vector<Value> lower_linalg_slogdet(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  Lu lu = lu_factor(g, ctx.tensor(0));
+  Lu lu = determinant_factors(ctx);
   Value diagonal = diagonal_of(g, lu.lu);
   const Type& d = g.type(diagonal);
   Value signs = g.reduce(g.unary("sign", diagonal), g.constant(1, d.dtype), {d.rank() - 1}, ir::Reducer::kMul);

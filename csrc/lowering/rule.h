@@ -24,6 +24,8 @@ struct Arg {
   enum class Kind { kNone, kTensor, kTensorList, kInt, kDouble, kBool, kIntList, kString };
   Kind kind = Kind::kNone;
   Value tensor;                 // kTensor
+  bool contiguous = true;       // kTensor: whether the ATen tensor is contiguous (a few CPU kernels' results
+                                // depend on it, e.g. _linalg_det factors A^T when A is contiguous)
   std::vector<Value> tensors;   // kTensorList
   int64_t integer = 0;          // kInt, and kBool as 0/1
   double real = 0;              // kDouble
