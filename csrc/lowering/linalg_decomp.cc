@@ -7,6 +7,7 @@
 // 1-based int32 pivots, `info` = the 1-based position of the first failing pivot (0 on success).
 #include <algorithm>
 #include <stdexcept>
+#include <functional>
 #include <string>
 
 #include "lowering/helpers.h"
@@ -576,6 +577,312 @@ std::vector<Value> lower_linalg_solve_ex(LoweringContext& ctx) {
   return {g.reshape(x, result.dims), lu.lu, lu.pivots, lu.info};
 }
 
+// ---- Symmetric eigendecomposition and SVD by Jacobi rotations ----
+//
+// Both use parallel (round-robin) Jacobi: each step rotates n/2 disjoint index pairs at once, expressed as
+// one rotation matrix J, so a step is a few matrix products; n - 1 steps make a sweep that meets every pair
+// once. Sweeps repeat until the off-diagonal part is negligible. An odd n is padded with one zero row and
+// column, which no rotation ever touches (its pairs have a zero off-diagonal, hence J is exactly the identity
+// there), and is cut off at the end.
+
+// Machine epsilon of the dtype the decompositions compute in.
+double epsilon(DType dtype) { return dtype == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
+
+// The pairs of round `round` (an i64 scalar) of the circle method over `size` (even) indices: index 0 stays
+// put and the others rotate one place per round. Returns one-hot [size/2, size] matrices of each pair's
+// first and second index.
+std::pair<Value, Value> round_robin_pairs(Graph& g, Value round, int64_t size, DType dtype) {
+  const int64_t half = size / 2;
+  const std::vector<int64_t> pair_dims{half};
+  Value position = g.iota(Type{DType::kI64, pair_dims}, 0);
+  auto player = [&](Value slot) {  // who sits at `slot` this round
+    Value shifted = g.binary("add", g.binary("subtract", slot, g.constant_int(1, DType::kI64, pair_dims)),
+                             g.broadcast_in_dim(round, pair_dims, {}));
+    Value rotating = g.binary("add", g.binary("remainder", shifted, g.constant_int(size - 1, DType::kI64, pair_dims)),
+                              g.constant_int(1, DType::kI64, pair_dims));
+    Value fixed = g.compare(slot, g.constant_int(0, DType::kI64, pair_dims), ir::Comparison::kEQ);
+    return g.select(fixed, g.constant_int(0, DType::kI64, pair_dims), rotating);
+  };
+  Value first = player(position);
+  Value second = player(g.binary("subtract", g.constant_int(size - 1, DType::kI64, pair_dims), position));
+  const std::vector<int64_t> one_hot_dims{half, size};
+  Value columns = g.iota(Type{DType::kI64, one_hot_dims}, 1);
+  auto one_hot = [&](Value index) {
+    Value hit = g.compare(columns, g.broadcast_in_dim(index, one_hot_dims, {0}), ir::Comparison::kEQ);
+    return g.select(hit, g.constant(1, dtype, one_hot_dims), g.constant(0, dtype, one_hot_dims));
+  };
+  return {one_hot(first), one_hot(second)};
+}
+
+// Sum over the last dim of a * b.
+Value row_dot(Graph& g, Value a, Value b) {
+  const Type& t = g.type(a);
+  return g.reduce(g.binary("multiply", a, b), g.constant(0, t.dtype), {t.rank() - 1}, ir::Reducer::kAdd);
+}
+
+// The rotation J (with J[p,p] = J[q,q] = c, J[p,q] = s, J[q,p] = -s) that makes the symmetric 2x2
+// [[app, apq], [apq, aqq]] diagonal under J^T . J, for every pair at once; pairs [..., n/2] of values, and the
+// pairs' one-hot index matrices `first`, `second` [n/2, n]. A zero apq gives exactly c = 1, s = 0.
+Value rotation(Graph& g, Value app, Value aqq, Value apq, Value first, Value second,
+               const std::vector<int64_t>& batch) {
+  const Type pt = g.type(apq);
+  const DType dtype = pt.dtype;
+  auto scalar = [&](double v) { return g.constant(v, dtype, pt.dims); };
+  Value zero = g.compare(apq, scalar(0), ir::Comparison::kEQ);
+  Value safe_apq = g.select(zero, scalar(1), apq);
+  Value tau = g.binary("divide", g.binary("subtract", aqq, app), g.binary("multiply", scalar(2), safe_apq));
+  // t = sign(tau) / (|tau| + sqrt(1 + tau^2)), the smaller root; sign(0) = 1.
+  Value magnitude = g.unary("abs", tau);
+  Value root = g.unary("sqrt", g.binary("add", scalar(1), g.binary("multiply", tau, tau)));
+  // For a huge |tau|, tau^2 overflows and t is 1 / (2 |tau|) to working precision.
+  Value denominator = g.select(g.op("is_finite", {root}, Type{DType::kBool, pt.dims}), g.binary("add", magnitude, root),
+                               g.binary("multiply", scalar(2), magnitude));
+  Value negative = g.compare(tau, scalar(0), ir::Comparison::kLT);
+  Value t = g.binary("divide", g.select(negative, scalar(-1), scalar(1)), denominator);
+  t = g.select(zero, scalar(0), t);
+  Value c = g.unary("rsqrt", g.binary("add", scalar(1), g.binary("multiply", t, t)));
+  Value s = g.binary("multiply", t, c);
+  // J = I + first^T ((c - 1) first + s second) + second^T ((c - 1) second - s first)
+  const int64_t size = g.type(first).dims.back();
+  const std::vector<int64_t> pair_matrix = append(batch, {size / 2, size});
+  const std::vector<int64_t> batch_and_pair = dim_range(0, static_cast<int64_t>(batch.size()) + 1);
+  auto scale_rows = [&](Value v, Value one_hot) {
+    return g.binary("multiply", g.broadcast_in_dim(v, pair_matrix, batch_and_pair),
+                    broadcast_to(g, one_hot, pair_matrix));
+  };
+  Value c_minus_1 = g.binary("subtract", c, scalar(1));
+  Value first_rows = g.binary("add", scale_rows(c_minus_1, first), scale_rows(s, second));
+  Value second_rows = g.binary("subtract", scale_rows(c_minus_1, second), scale_rows(s, first));
+  const std::vector<int64_t> square = append(batch, {size, size});
+  Value first_t = broadcast_to(g, g.transpose(first, {1, 0}), append(batch, {size, size / 2}));
+  Value second_t = broadcast_to(g, g.transpose(second, {1, 0}), append(batch, {size, size / 2}));
+  return g.binary("add", identity(g, dtype, square),
+                  g.binary("add", matmul(g, first_t, first_rows), matmul(g, second_t, second_rows)));
+}
+
+// Pads the last `dims_to_pad` dims (1 or 2) of x with one zero when `size` (x's last dim) is odd.
+Value pad_to_even(Graph& g, Value x, int dims_to_pad) {
+  const Type t = g.type(x);
+  if (t.dims.back() % 2 == 0) return x;
+  std::vector<int64_t> low(static_cast<size_t>(t.rank()), 0), high(static_cast<size_t>(t.rank()), 0);
+  high.back() = 1;
+  if (dims_to_pad == 2) high.end()[-2] = 1;
+  return g.pad(x, g.constant(0, t.dtype), low, high);
+}
+
+// Repeats Jacobi sweeps: `step(round, state)` applies one round's rotations, `converged(state)` is an i1 per
+// batch element, tested after each sweep; at most `max_sweeps`.
+std::vector<Value> jacobi_sweeps(Graph& g, std::vector<Value> state, int64_t size, int64_t max_sweeps,
+                                 const std::function<std::vector<Value>(Value, const std::vector<Value>&)>& step,
+                                 const std::function<Value(const std::vector<Value>&)>& converged) {
+  if (size <= 1) return state;
+  auto sweep_cond = [&](const std::vector<Value>& s) {
+    Value more = g.compare(s[0], g.constant_int(max_sweeps, DType::kI64), ir::Comparison::kLT);
+    Value done = converged({s.begin() + 1, s.end()});
+    const Type& dt = g.type(done);
+    Value all_done = g.reduce(done, g.constant_int(1, DType::kBool), dim_range(0, dt.rank()), ir::Reducer::kAnd);
+    return std::vector<Value>{g.binary("and", more, g.unary("not", all_done))};
+  };
+  auto sweep_body = [&](const std::vector<Value>& s) {
+    std::vector<Value> inner{g.constant_int(0, DType::kI64)};
+    inner.insert(inner.end(), s.begin() + 1, s.end());
+    auto round_cond = [&](const std::vector<Value>& r) {
+      return std::vector<Value>{g.compare(r[0], g.constant_int(size - 1, DType::kI64), ir::Comparison::kLT)};
+    };
+    auto round_body = [&](const std::vector<Value>& r) {
+      std::vector<Value> next{g.binary("add", r[0], g.constant_int(1, DType::kI64))};
+      std::vector<Value> stepped = step(r[0], {r.begin() + 1, r.end()});
+      next.insert(next.end(), stepped.begin(), stepped.end());
+      return next;
+    };
+    std::vector<Value> after = g.while_loop(inner, round_cond, round_body);
+    after[0] = g.binary("add", s[0], g.constant_int(1, DType::kI64));
+    return after;
+  };
+  std::vector<Value> init{g.constant_int(0, DType::kI64)};
+  init.insert(init.end(), state.begin(), state.end());
+  std::vector<Value> r = g.while_loop(init, sweep_cond, sweep_body);
+  return {r.begin() + 1, r.end()};
+}
+
+// Sorts `keys` [..., n] (descending or ascending) and returns them with the order, i64 [..., n].
+std::pair<Value, Value> sort_with_order(Graph& g, Value keys, bool descending) {
+  const Type t = g.type(keys);
+  Value order = g.iota(Type{DType::kI64, t.dims}, t.rank() - 1);
+  const Type scalar{t.dtype, {}};
+  const Type index{DType::kI64, {}};
+  std::string comparator = g.region({scalar, scalar, index, index}, [&](const std::vector<Value>& a) {
+    return std::vector<Value>{g.compare(a[0], a[1], descending ? ir::Comparison::kGT : ir::Comparison::kLT)};
+  });
+  std::vector<Value> r = g.op_multi("stablehlo.sort", {keys, order}, {t, Type{DType::kI64, t.dims}},
+                                    "dimension = " + std::to_string(t.rank() - 1) + " : i64, is_stable = true",
+                                    comparator);
+  return {r[0], r[1]};
+}
+
+// The columns of x [..., m, n] in `order` [..., n].
+Value gather_columns(Graph& g, Value x, Value order) {
+  return transpose_matrix(g, gather_rows(g, transpose_matrix(g, x), order));
+}
+
+struct Eigen {
+  Value values;   // [..., n], ascending
+  Value vectors;  // [..., n, n], columns
+};
+
+// Eigendecomposition of the symmetric matrix a [..., n, n] by two-sided Jacobi.
+Eigen symmetric_eigen(Graph& g, Value a) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const DType dtype = t.dtype;
+  Value x = pad_to_even(g, a, 2);
+  const int64_t size = g.type(x).dims.back();
+  const std::vector<int64_t> square = append(batch, {size, size});
+  const std::vector<int64_t> batch_positions = dim_range(0, static_cast<int64_t>(batch.size()));
+  auto step = [&](Value round, const std::vector<Value>& s) {
+    auto [first, second] = round_robin_pairs(g, round, size, dtype);
+    const std::vector<int64_t> pair_matrix = append(batch, {size / 2, size});
+    Value first_b = broadcast_to(g, first, pair_matrix);
+    Value second_b = broadcast_to(g, second, pair_matrix);
+    Value first_rows = matmul(g, first_b, s[0]);
+    Value second_rows = matmul(g, second_b, s[0]);
+    Value j = rotation(g, row_dot(g, first_rows, first_b), row_dot(g, second_rows, second_b),
+                       row_dot(g, first_rows, second_b), first, second, batch);
+    Value rotated = matmul(g, transpose_matrix(g, j), matmul(g, s[0], j));
+    return std::vector<Value>{rotated, matmul(g, s[1], j)};
+  };
+  auto converged = [&](const std::vector<Value>& s) {
+    Value squares = g.binary("multiply", s[0], s[0]);
+    Value off_diagonal = g.compare(row_index(g, square), column_index(g, square), ir::Comparison::kNE);
+    Value off = g.reduce(g.select(off_diagonal, squares, g.constant(0, dtype, square)), g.constant(0, dtype),
+                         {static_cast<int64_t>(batch.size()), static_cast<int64_t>(batch.size()) + 1},
+                         ir::Reducer::kAdd);
+    Value total = g.reduce(squares, g.constant(0, dtype),
+                           {static_cast<int64_t>(batch.size()), static_cast<int64_t>(batch.size()) + 1},
+                           ir::Reducer::kAdd);
+    const double tolerance = epsilon(dtype) * epsilon(dtype);
+    return g.compare(off, g.binary("multiply", total, g.constant(tolerance, dtype, batch)), ir::Comparison::kLE);
+  };
+  std::vector<Value> r = jacobi_sweeps(g, {x, identity(g, dtype, square)}, size, 30, step, converged);
+  std::vector<int64_t> zero(square.size(), 0), unit(square.size(), 1);
+  Value values = diagonal_of(g, g.slice(r[0], zero, t.dims, unit));
+  Value vectors = g.slice(r[1], zero, t.dims, unit);
+  auto [sorted, order] = sort_with_order(g, values, false);
+  return {sorted, gather_columns(g, vectors, order)};
+}
+
+// The symmetric matrix whose lower (or upper) triangle is a's.
+Value symmetric_from_triangle(Graph& g, Value a, bool lower) {
+  const Type& t = g.type(a);
+  Value keep = g.compare(row_index(g, t.dims), column_index(g, t.dims),
+                         lower ? ir::Comparison::kGE : ir::Comparison::kLE);
+  return g.select(keep, a, transpose_matrix(g, a));
+}
+
+// _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors); eigenvectors empty unless compute_v.
+std::vector<Value> lower_linalg_eigh(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const std::string& uplo = ctx.text(1);
+  Eigen e = symmetric_eigen(g, symmetric_from_triangle(g, ctx.tensor(0), uplo == "L" || uplo == "l"));
+  if (!ctx.boolean(2)) return {e.values, g.constant(0, out(ctx, 1).dtype, out(ctx, 1).dims)};
+  return {e.values, e.vectors};
+}
+
+struct Svd {
+  Value u;  // [..., m, k]
+  Value s;  // [..., k], descending
+  Value v;  // [..., n, k]
+};
+
+// Thin SVD of a [..., m, n] with m >= n by one-sided Jacobi: rotations orthogonalize a's columns; their norms
+// are the singular values, the normalized columns U and the accumulated rotations V.
+Svd one_sided_jacobi(Graph& g, Value a) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t n = t.dims.back();
+  const DType dtype = t.dtype;
+  Value x = pad_to_even(g, a, 1);
+  const int64_t size = g.type(x).dims.back();
+  const std::vector<int64_t> square = append(batch, {size, size});
+  const int64_t column_dim = static_cast<int64_t>(batch.size());
+  auto step = [&](Value round, const std::vector<Value>& s) {
+    auto [first, second] = round_robin_pairs(g, round, size, dtype);
+    const std::vector<int64_t> pair_matrix = append(batch, {size / 2, size});
+    Value first_b = broadcast_to(g, first, pair_matrix);
+    Value second_b = broadcast_to(g, second, pair_matrix);
+    // The pairs' columns, as rows: [..., n/2, m].
+    Value first_columns = matmul(g, first_b, transpose_matrix(g, s[0]));
+    Value second_columns = matmul(g, second_b, transpose_matrix(g, s[0]));
+    Value j = rotation(g, row_dot(g, first_columns, first_columns), row_dot(g, second_columns, second_columns),
+                       row_dot(g, first_columns, second_columns), first, second, batch);
+    return std::vector<Value>{matmul(g, s[0], j), matmul(g, s[1], j)};
+  };
+  auto converged = [&](const std::vector<Value>& s) {
+    // Every pair of columns orthogonal to working precision: gamma^2 <= tol^2 alpha beta.
+    Value gram = matmul(g, transpose_matrix(g, s[0]), s[0]);
+    Value norms = diagonal_of(g, gram);
+    Value scale = g.binary("multiply", g.broadcast_in_dim(norms, square, append(dim_range(0, column_dim), {column_dim})),
+                           g.broadcast_in_dim(norms, square, append(dim_range(0, column_dim), {column_dim + 1})));
+    Value off_diagonal = g.compare(row_index(g, square), column_index(g, square), ir::Comparison::kNE);
+    const double tolerance = static_cast<double>(m) * epsilon(dtype);
+    Value excess = g.compare(g.binary("multiply", gram, gram),
+                             g.binary("multiply", scale, g.constant(tolerance * tolerance, dtype, square)),
+                             ir::Comparison::kGT);
+    Value bad = g.binary("and", off_diagonal, excess);
+    return g.unary("not", g.reduce(bad, g.constant_int(0, DType::kBool), {column_dim, column_dim + 1},
+                                   ir::Reducer::kOr));
+  };
+  std::vector<Value> r = jacobi_sweeps(g, {x, identity(g, dtype, square)}, size, 30, step, converged);
+  std::vector<int64_t> zero(square.size(), 0), unit(square.size(), 1);
+  Value columns = g.slice(r[0], zero, append(batch, {m, n}), unit);
+  Value v = g.slice(r[1], zero, append(batch, {n, n}), unit);
+  Value norms = g.unary("sqrt", g.reduce(g.binary("multiply", columns, columns), g.constant(0, dtype),
+                                         {column_dim}, ir::Reducer::kAdd));
+  auto [sorted, order] = sort_with_order(g, norms, true);
+  const std::vector<int64_t> mn = append(batch, {m, n});
+  Value divisor = g.broadcast_in_dim(norms, mn, append(dim_range(0, column_dim), {column_dim + 1}));
+  Value is_zero = g.compare(divisor, g.constant(0, dtype, mn), ir::Comparison::kEQ);
+  Value u = g.select(is_zero, g.constant(0, dtype, mn), g.binary("divide", columns, divisor));
+  return {gather_columns(g, u, order), sorted, gather_columns(g, v, order)};
+}
+
+// An orthonormal basis [..., m, m - k] of the complement of the orthonormal columns u [..., m, k]: the
+// strongest columns of the projector I - u u^T after orthogonalizing them.
+Value orthogonal_complement(Graph& g, Value u) {
+  const Type t = g.type(u);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t k = t.dims.back();
+  Value projector = g.binary("subtract", identity(g, t.dtype, append(batch, {m, m})),
+                             matmul(g, u, transpose_matrix(g, u)));
+  Svd basis = one_sided_jacobi(g, projector);
+  std::vector<int64_t> zero(static_cast<size_t>(t.rank()), 0), unit(static_cast<size_t>(t.rank()), 1);
+  return g.slice(basis.u, zero, append(batch, {m, m - k}), unit);
+}
+
+// _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh); U and Vh empty unless compute_uv.
+std::vector<Value> lower_linalg_svd(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value a = ctx.tensor(0);
+  const Type t = g.type(a);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t n = t.dims.back();
+  const bool wide = m < n;
+  // A wide matrix is the transpose of a tall one: A^T = V S U^T.
+  Svd svd = one_sided_jacobi(g, wide ? transpose_matrix(g, a) : a);
+  if (!ctx.boolean(2)) {
+    return {g.constant(0, out(ctx, 0).dtype, out(ctx, 0).dims), svd.s,
+            g.constant(0, out(ctx, 2).dtype, out(ctx, 2).dims)};
+  }
+  Value left = svd.u;  // the tall side's factor, [..., max, min]
+  if (ctx.boolean(1) && m != n) {
+    left = g.concatenate({left, orthogonal_complement(g, left)}, t.rank() - 1);
+  }
+  if (wide) return {svd.v, svd.s, transpose_matrix(g, left)};
+  return {left, svd.s, transpose_matrix(g, svd.v)};
+}
+
 // eye.out(n, *, out) and eye.m_out(n, m, *, out): the identity of out's shape and dtype.
 std::vector<Value> lower_eye_out(LoweringContext& ctx) {
   Graph& g = ctx.graph;
@@ -591,8 +898,10 @@ std::vector<Value> lower_eye_out(LoweringContext& ctx) {
 void add_linalg_decomposition_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_cholesky_solve_helper", &lower_cholesky_solve_helper});
   table.push_back({"aten::_linalg_det", &lower_linalg_det});
+  table.push_back({"aten::_linalg_eigh", &lower_linalg_eigh});
   table.push_back({"aten::_linalg_slogdet", &lower_linalg_slogdet});
   table.push_back({"aten::_linalg_solve_ex", &lower_linalg_solve_ex});
+  table.push_back({"aten::_linalg_svd", &lower_linalg_svd});
   table.push_back({"aten::cholesky", &lower_cholesky});
   table.push_back({"aten::cholesky_inverse", &lower_cholesky_inverse});
   table.push_back({"aten::eye.m_out", &lower_eye_out});
