@@ -883,6 +883,155 @@ std::vector<Value> lower_linalg_svd(LoweringContext& ctx) {
   return {left, svd.s, transpose_matrix(g, svd.v)};
 }
 
+// ---- Householder QR ----
+//
+// LAPACK's compact form (geqrf): column k below the diagonal holds the reflector v_k (v_k[k] = 1 implied),
+// R is on and above the diagonal, and H_k = I - tau_k v_k v_k^T with Q = H_0 H_1 ... H_{k-1}. The reflector
+// is chosen as LAPACK's larfg does (beta = -sign(alpha) ||(alpha, x)||, tau = 0 when x is zero), so Q and R
+// carry the same signs as on the CPU.
+
+// The reflector vector of column `k` (an i64 scalar) of the compact form a [..., m, n], as [..., m]: zero
+// above k, one at k, a's entries below.
+Value reflector(Graph& g, Value a, Value k) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t m = t.dims.end()[-2];
+  const std::vector<int64_t> vector_dims = append(batch, {m});
+  Value column = g.reshape(dynamic_slice(g, a, matrix_starts(g, batch.size(), g.constant_int(0, DType::kI64), k),
+                                         append(batch, {m, 1})),
+                           vector_dims);
+  Value rows = g.iota(Type{DType::kI64, vector_dims}, static_cast<int64_t>(batch.size()));
+  Value k_full = g.broadcast_in_dim(k, vector_dims, {});
+  Value below = g.compare(rows, k_full, ir::Comparison::kGT);
+  Value at = g.compare(rows, k_full, ir::Comparison::kEQ);
+  return g.select(below, column, g.select(at, g.constant(1, t.dtype, vector_dims), g.constant(0, t.dtype, vector_dims)));
+}
+
+// geqrf by Householder reflections, one column per loop step: returns (compact a, tau [..., min(m, n)]).
+std::pair<Value, Value> householder_qr(Graph& g, Value a) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t n = t.dims.back();
+  const int64_t steps = std::min(m, n);
+  const int64_t batch_rank = static_cast<int64_t>(batch.size());
+  const std::vector<int64_t> batch_positions = dim_range(0, batch_rank);
+  Value tau = g.constant(0, t.dtype, append(batch, {steps}));
+  if (steps == 0) return {a, tau};
+  auto body = [&](const std::vector<Value>& s) {
+    Value k = s[0], x = s[1], taus = s[2];
+    const std::vector<int64_t> vector_dims = append(batch, {m});
+    Value column = g.reshape(dynamic_slice(g, x, matrix_starts(g, batch.size(), g.constant_int(0, DType::kI64), k),
+                                           append(batch, {m, 1})),
+                             vector_dims);
+    Value rows = g.iota(Type{DType::kI64, vector_dims}, batch_rank);
+    Value k_vector = g.broadcast_in_dim(k, vector_dims, {});
+    Value below = g.compare(rows, k_vector, ir::Comparison::kGT);
+    Value alpha = vector_element(g, column, k);
+    Value tail = g.select(below, column, g.constant(0, t.dtype, vector_dims));
+    Value tail_norm = g.unary("sqrt", g.reduce(g.binary("multiply", tail, tail), g.constant(0, t.dtype),
+                                               {batch_rank}, ir::Reducer::kAdd));
+    auto scalar = [&](double v) { return g.constant(v, t.dtype, batch); };
+    Value no_reflection = g.compare(tail_norm, scalar(0), ir::Comparison::kEQ);
+    Value norm = g.unary("sqrt", g.binary("add", g.binary("multiply", alpha, alpha),
+                                          g.binary("multiply", tail_norm, tail_norm)));
+    Value alpha_negative = g.compare(alpha, scalar(0), ir::Comparison::kLT);
+    Value beta = g.select(alpha_negative, norm, g.unary("negate", norm));
+    beta = g.select(no_reflection, alpha, beta);
+    Value safe_beta = g.select(no_reflection, scalar(1), beta);
+    Value tau_k = g.select(no_reflection, scalar(0), g.binary("divide", g.binary("subtract", beta, alpha), safe_beta));
+    Value denominator = g.select(no_reflection, scalar(1), g.binary("subtract", alpha, beta));
+    Value v_tail = g.binary("divide", tail, g.broadcast_in_dim(denominator, vector_dims, batch_positions));
+    Value at_k = g.compare(rows, k_vector, ir::Comparison::kEQ);
+    Value v = g.select(below, v_tail, g.select(at_k, g.constant(1, t.dtype, vector_dims),
+                                               g.constant(0, t.dtype, vector_dims)));
+    // Apply H = I - tau v v^T to the columns right of k.
+    Value v_matrix = g.broadcast_in_dim(v, t.dims, append(batch_positions, {batch_rank}));
+    Value w = g.reduce(g.binary("multiply", v_matrix, x), g.constant(0, t.dtype), {batch_rank}, ir::Reducer::kAdd);
+    Value tw = g.binary("multiply", g.broadcast_in_dim(tau_k, g.type(w).dims, batch_positions), w);
+    Value applied = g.binary("subtract", x, g.binary("multiply", v_matrix,
+                                                     g.broadcast_in_dim(tw, t.dims, append(batch_positions, {batch_rank + 1}))));
+    Value k_full = g.broadcast_in_dim(k, t.dims, {});
+    Value matrix_rows = row_index(g, t.dims);
+    Value matrix_columns = column_index(g, t.dims);
+    Value right = g.compare(matrix_columns, k_full, ir::Comparison::kGT);
+    Value on_column = g.compare(matrix_columns, k_full, ir::Comparison::kEQ);
+    Value column_k = g.select(g.compare(matrix_rows, k_full, ir::Comparison::kGT), v_matrix,
+                              g.select(g.compare(matrix_rows, k_full, ir::Comparison::kEQ),
+                                       g.broadcast_in_dim(beta, t.dims, batch_positions), x));
+    x = g.select(right, applied, g.select(on_column, column_k, x));
+    const std::vector<int64_t> tau_dims = append(batch, {steps});
+    Value tau_at = g.compare(g.iota(Type{DType::kI64, tau_dims}, batch_rank), g.broadcast_in_dim(k, tau_dims, {}),
+                             ir::Comparison::kEQ);
+    taus = g.select(tau_at, g.broadcast_in_dim(tau_k, tau_dims, batch_positions), taus);
+    return std::vector<Value>{g.binary("add", k, g.constant_int(1, DType::kI64)), x, taus};
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], g.constant_int(steps, DType::kI64), ir::Comparison::kLT)};
+  };
+  std::vector<Value> r = g.while_loop({g.constant_int(0, DType::kI64), a, tau}, cond, body);
+  return {r[1], r[2]};
+}
+
+// Applies the reflectors of the compact form a [..., m, k'] (the first tau.size of them) to c: H c (left,
+// c [..., m, p]) or c H (right, c [..., p, m]), for H_i in increasing order of i (forward) or decreasing.
+Value apply_reflectors(Graph& g, Value a, Value tau, Value c, bool left, bool forward) {
+  const Type ct = g.type(c);
+  const int64_t count = g.type(tau).dims.back();
+  if (count == 0 || ct.numel() == 0) return c;
+  const std::vector<int64_t> batch = batch_of(ct);
+  const int64_t batch_rank = static_cast<int64_t>(batch.size());
+  const std::vector<int64_t> batch_positions = dim_range(0, batch_rank);
+  auto body = [&](const std::vector<Value>& s) {
+    Value i = forward ? s[0] : g.binary("subtract", g.constant_int(count - 1, DType::kI64), s[0]);
+    Value v = reflector(g, a, i);
+    Value tau_i = vector_element(g, tau, i);
+    // left: c - tau v (v^T c); right: c - tau (c v) v^T
+    const int64_t v_dim = left ? batch_rank : batch_rank + 1;
+    const int64_t other_dim = left ? batch_rank + 1 : batch_rank;
+    Value v_matrix = g.broadcast_in_dim(v, ct.dims, append(batch_positions, {v_dim}));
+    Value w = g.reduce(g.binary("multiply", v_matrix, s[1]), g.constant(0, ct.dtype), {v_dim}, ir::Reducer::kAdd);
+    Value tw = g.binary("multiply", g.broadcast_in_dim(tau_i, g.type(w).dims, batch_positions), w);
+    Value update = g.binary("multiply", v_matrix, g.broadcast_in_dim(tw, ct.dims, append(batch_positions, {other_dim})));
+    return std::vector<Value>{g.binary("add", s[0], g.constant_int(1, DType::kI64)), g.binary("subtract", s[1], update)};
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], g.constant_int(count, DType::kI64), ir::Comparison::kLT)};
+  };
+  return g.while_loop({g.constant_int(0, DType::kI64), c}, cond, body)[1];
+}
+
+// linalg_householder_product(input, tau): the first n columns of H_0 ... H_{k-1}.
+std::vector<Value> lower_linalg_householder_product(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  return {apply_reflectors(g, ctx.tensor(0), ctx.tensor(1), identity(g, t.dtype, t.dims), true, false)};
+}
+
+// ormqr(self=a, input2=tau, input3=C, left, transpose): op(Q) C or C op(Q), Q = H_0 ... H_{k-1}.
+std::vector<Value> lower_ormqr(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const bool left = ctx.boolean(3);
+  const bool transpose = ctx.boolean(4);
+  // Q C and C Q^T apply H_{k-1} first; Q^T C and C Q apply H_0 first.
+  const bool forward = left == transpose;
+  Value c = broadcast_to(g, ctx.tensor(2), out(ctx).dims);
+  return {apply_reflectors(g, ctx.tensor(0), ctx.tensor(1), c, left, forward)};
+}
+
+// linalg_qr(A, mode) -> (Q, R): "reduced" Q [..., m, k], R [..., k, n]; "complete" Q [..., m, m],
+// R [..., m, n]; "r" leaves Q empty.
+std::vector<Value> lower_linalg_qr(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& q_type = out(ctx, 0);
+  const Type& r_type = out(ctx, 1);
+  auto [compact, tau] = householder_qr(g, ctx.tensor(0));
+  std::vector<int64_t> zero(r_type.dims.size(), 0), unit(r_type.dims.size(), 1);
+  Value r = keep_triangle(g, g.slice(compact, zero, r_type.dims, unit), false);
+  if (ctx.text(1) == "r") return {g.constant(0, q_type.dtype, q_type.dims), r};
+  return {apply_reflectors(g, compact, tau, identity(g, q_type.dtype, q_type.dims), true, false), r};
+}
+
 // eye.out(n, *, out) and eye.m_out(n, m, *, out): the identity of out's shape and dtype.
 std::vector<Value> lower_eye_out(LoweringContext& ctx) {
   Graph& g = ctx.graph;
@@ -907,12 +1056,15 @@ void add_linalg_decomposition_rules(std::vector<Rule>& table) {
   table.push_back({"aten::eye.m_out", &lower_eye_out});
   table.push_back({"aten::eye.out", &lower_eye_out});
   table.push_back({"aten::linalg_cholesky_ex", &lower_linalg_cholesky_ex});
+  table.push_back({"aten::linalg_householder_product", &lower_linalg_householder_product});
   table.push_back({"aten::linalg_inv_ex", &lower_linalg_inv_ex});
   table.push_back({"aten::linalg_lu", &lower_linalg_lu});
   table.push_back({"aten::linalg_lu_factor_ex", &lower_linalg_lu_factor_ex});
   table.push_back({"aten::linalg_lu_solve", &lower_linalg_lu_solve});
+  table.push_back({"aten::linalg_qr", &lower_linalg_qr});
   table.push_back({"aten::linalg_solve_triangular", &lower_linalg_solve_triangular});
   table.push_back({"aten::lu_unpack", &lower_lu_unpack});
+  table.push_back({"aten::ormqr", &lower_ormqr});
   table.push_back({"aten::triangular_solve", &lower_triangular_solve});
 }
 
