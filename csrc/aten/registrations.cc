@@ -348,6 +348,8 @@ const std::vector<const char*>& lowered_ops() {
       "linalg_lu_factor_ex.out",
       "linalg_lu_solve",
       "linalg_lu_solve.out",
+      "linalg_matrix_exp",
+      "linalg_matrix_exp.out",
       "linalg_qr",
       "linalg_qr.out",
       "linalg_solve_triangular",

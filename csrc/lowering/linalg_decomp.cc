@@ -6,6 +6,7 @@
 // any leading dims are a batch. Results follow LAPACK's conventions as PyTorch's CPU kernels return them:
 // 1-based int32 pivots, `info` = the 1-based position of the first failing pivot (0 on success).
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <functional>
 #include <string>
@@ -1032,6 +1033,77 @@ std::vector<Value> lower_linalg_qr(LoweringContext& ctx) {
   return {apply_reflectors(g, compact, tau, identity(g, q_type.dtype, q_type.dims), true, false), r};
 }
 
+// ---- Matrix exponential ----
+
+// linalg_matrix_exp(self): scaling and squaring around the degree-13 Pade approximant (Higham, 2005), in
+// float32 for 16-bit inputs. Each matrix is scaled by 2^-s with s the smallest power that brings its 1-norm
+// under theta_13 = 5.37..., and squared back s times (the batch loops to its largest s; matrices that are
+// done are left as they are).
+std::vector<Value> lower_linalg_matrix_exp(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& result = out(ctx);
+  const DType dtype = accumulation_dtype(result.dtype);
+  Value a = g.convert(ctx.tensor(0), dtype);
+  const Type t = g.type(a);
+  if (t.numel() == 0) return {a};
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t batch_rank = static_cast<int64_t>(batch.size());
+  const std::vector<int64_t> batch_positions = dim_range(0, batch_rank);
+  // 1-norm: the largest column sum of |a|.
+  Value column_sums = g.reduce(g.unary("abs", a), g.constant(0, dtype), {batch_rank}, ir::Reducer::kAdd);
+  Value norm = g.reduce(column_sums, g.constant(0, dtype), {batch_rank}, ir::Reducer::kMax);
+  constexpr double kTheta13 = 5.371920351148152;
+  Value exponent = g.unary("ceil", g.binary("divide", g.unary("log", g.binary("divide", norm, g.constant(kTheta13, dtype, batch))),
+                                            g.constant(std::log(2.0), dtype, batch)));
+  // A NaN or infinite norm gives a NaN result whatever s is. Any finite norm needs s <= the largest normal
+  // exponent, so 2^-s is a normal number, built exactly from its exponent bits.
+  const bool is_double = dtype == DType::kF64;
+  const int64_t largest_exponent = is_double ? 1022 : 126;
+  Value finite = g.op("is_finite", {exponent}, Type{DType::kBool, batch});
+  exponent = g.select(finite, exponent, g.constant(0, dtype, batch));
+  exponent = g.binary("maximum", g.binary("minimum", exponent, g.constant(static_cast<double>(largest_exponent), dtype, batch)),
+                      g.constant(0, dtype, batch));
+  const DType bits_dtype = is_double ? DType::kI64 : DType::kI32;
+  Value squarings = g.convert(exponent, DType::kI64);
+  Value biased = g.binary("subtract", g.constant_int(is_double ? 1023 : 127, bits_dtype, batch), g.convert(exponent, bits_dtype));
+  Value bits = g.binary("shift_left", biased, g.constant_int(is_double ? 52 : 23, bits_dtype, batch));
+  Value scale = g.bitcast_convert(bits, Type{dtype, batch});
+  Value x = g.binary("multiply", a, g.broadcast_in_dim(scale, t.dims, batch_positions));
+
+  static const double b[14] = {64764752532480000.0, 32382376266240000.0, 7771770303897600.0,
+                               1187353796428800.0,  129060195264000.0,   10559470521600.0,
+                               670442572800.0,      33522128640.0,       1323241920.0,
+                               40840800.0,          960960.0,            16380.0,
+                               182.0,               1.0};
+  auto times = [&](double c, Value m) { return g.binary("multiply", g.constant(c, dtype, t.dims), m); };
+  auto plus = [&](Value p, Value q) { return g.binary("add", p, q); };
+  Value eye = identity(g, dtype, t.dims);
+  Value x2 = matmul(g, x, x);
+  Value x4 = matmul(g, x2, x2);
+  Value x6 = matmul(g, x4, x2);
+  Value u_inner = matmul(g, x6, plus(plus(times(b[13], x6), times(b[11], x4)), times(b[9], x2)));
+  Value u = matmul(g, x, plus(plus(plus(plus(u_inner, times(b[7], x6)), times(b[5], x4)), times(b[3], x2)),
+                              times(b[1], eye)));
+  Value v_inner = matmul(g, x6, plus(plus(times(b[12], x6), times(b[10], x4)), times(b[8], x2)));
+  Value v = plus(plus(plus(plus(v_inner, times(b[6], x6)), times(b[4], x4)), times(b[2], x2)), times(b[0], eye));
+  // exp(x) ~ (v - u)^-1 (v + u)
+  Lu lu = lu_factor(g, g.binary("subtract", v, u));
+  Value pade = lu_solve(g, lu.lu, lu.permutation, plus(v, u), true, false);
+
+  Value most = g.reduce(squarings, g.constant_int(0, DType::kI64), batch_positions, ir::Reducer::kMax);
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], most, ir::Comparison::kLT)};
+  };
+  auto body = [&](const std::vector<Value>& s) {
+    Value squared = matmul(g, s[1], s[1]);
+    Value pending = g.compare(g.broadcast_in_dim(s[0], batch, {}), squarings, ir::Comparison::kLT);
+    Value next = g.select(g.broadcast_in_dim(pending, t.dims, batch_positions), squared, s[1]);
+    return std::vector<Value>{g.binary("add", s[0], g.constant_int(1, DType::kI64)), next};
+  };
+  Value e = g.while_loop({g.constant_int(0, DType::kI64), pade}, cond, body)[1];
+  return {g.convert(e, result.dtype)};
+}
+
 // eye.out(n, *, out) and eye.m_out(n, m, *, out): the identity of out's shape and dtype.
 std::vector<Value> lower_eye_out(LoweringContext& ctx) {
   Graph& g = ctx.graph;
@@ -1061,6 +1133,7 @@ void add_linalg_decomposition_rules(std::vector<Rule>& table) {
   table.push_back({"aten::linalg_lu", &lower_linalg_lu});
   table.push_back({"aten::linalg_lu_factor_ex", &lower_linalg_lu_factor_ex});
   table.push_back({"aten::linalg_lu_solve", &lower_linalg_lu_solve});
+  table.push_back({"aten::linalg_matrix_exp", &lower_linalg_matrix_exp});
   table.push_back({"aten::linalg_qr", &lower_linalg_qr});
   table.push_back({"aten::linalg_solve_triangular", &lower_linalg_solve_triangular});
   table.push_back({"aten::lu_unpack", &lower_lu_unpack});
