@@ -580,39 +580,33 @@ std::vector<Value> lower_linalg_solve_ex(LoweringContext& ctx) {
 
 // ---- Symmetric eigendecomposition and SVD by Jacobi rotations ----
 //
-// Both use parallel (round-robin) Jacobi: each step rotates n/2 disjoint index pairs at once, expressed as
-// one rotation matrix J, so a step is a few matrix products; n - 1 steps make a sweep that meets every pair
-// once. Sweeps repeat until the off-diagonal part is negligible. An odd n is padded with one zero row and
-// column, which no rotation ever touches (its pairs have a zero off-diagonal, hence J is exactly the identity
-// there), and is cut off at the end.
+// Both use parallel (round-robin) Jacobi: each round rotates n/2 disjoint index pairs (p, q) at once and
+// n - 1 rounds make a sweep that meets every pair once. A round gathers the rows (or columns) into the order
+// [p's..., q's...], combines the two halves with the rotations' (c, s) and scatters them back, so it costs
+// O(n^2) per matrix. Sweeps repeat until the off-diagonal part is negligible. An odd n is padded with one zero
+// row and column, which no rotation ever touches (its pairs have a zero off-diagonal, hence c = 1, s = 0
+// exactly), and is cut off at the end.
 
 // Machine epsilon of the dtype the decompositions compute in.
 double epsilon(DType dtype) { return dtype == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
 
-// The pairs of round `round` (an i64 scalar) of the circle method over `size` (even) indices: index 0 stays
-// put and the others rotate one place per round. Returns one-hot [size/2, size] matrices of each pair's
-// first and second index.
-std::pair<Value, Value> round_robin_pairs(Graph& g, Value round, int64_t size, DType dtype) {
-  const int64_t half = size / 2;
-  const std::vector<int64_t> pair_dims{half};
-  Value position = g.iota(Type{DType::kI64, pair_dims}, 0);
-  auto player = [&](Value slot) {  // who sits at `slot` this round
-    Value shifted = g.binary("add", g.binary("subtract", slot, g.constant_int(1, DType::kI64, pair_dims)),
-                             g.broadcast_in_dim(round, pair_dims, {}));
-    Value rotating = g.binary("add", g.binary("remainder", shifted, g.constant_int(size - 1, DType::kI64, pair_dims)),
-                              g.constant_int(1, DType::kI64, pair_dims));
-    Value fixed = g.compare(slot, g.constant_int(0, DType::kI64, pair_dims), ir::Comparison::kEQ);
-    return g.select(fixed, g.constant_int(0, DType::kI64, pair_dims), rotating);
-  };
-  Value first = player(position);
-  Value second = player(g.binary("subtract", g.constant_int(size - 1, DType::kI64, pair_dims), position));
-  const std::vector<int64_t> one_hot_dims{half, size};
-  Value columns = g.iota(Type{DType::kI64, one_hot_dims}, 1);
-  auto one_hot = [&](Value index) {
-    Value hit = g.compare(columns, g.broadcast_in_dim(index, one_hot_dims, {0}), ir::Comparison::kEQ);
-    return g.select(hit, g.constant(1, dtype, one_hot_dims), g.constant(0, dtype, one_hot_dims));
-  };
-  return {one_hot(first), one_hot(second)};
+// The order of round `round` (an i64 scalar) of the circle method over `size` (even) indices: the pairs'
+// first indices, then their second indices, i64 [size]. Index 0 stays put; the others rotate one place per
+// round.
+Value round_robin_order(Graph& g, Value round, int64_t size) {
+  const std::vector<int64_t> dims{size};
+  Value slot = g.iota(Type{DType::kI64, dims}, 0);
+  // Slots 0..size/2-1 face slots size-1..size/2: the second half of the order lists the partners.
+  Value half = g.constant_int(size / 2, DType::kI64, dims);
+  Value second_half = g.compare(slot, half, ir::Comparison::kGE);
+  Value partner_slot = g.binary("subtract", g.constant_int(size - 1 + size / 2, DType::kI64, dims), slot);
+  slot = g.select(second_half, partner_slot, slot);
+  Value shifted = g.binary("add", g.binary("subtract", slot, g.constant_int(1, DType::kI64, dims)),
+                           g.broadcast_in_dim(round, dims, {}));
+  Value rotating = g.binary("add", g.binary("remainder", shifted, g.constant_int(size - 1, DType::kI64, dims)),
+                            g.constant_int(1, DType::kI64, dims));
+  Value fixed = g.compare(slot, g.constant_int(0, DType::kI64, dims), ir::Comparison::kEQ);
+  return g.select(fixed, g.constant_int(0, DType::kI64, dims), rotating);
 }
 
 // Sum over the last dim of a * b.
@@ -621,11 +615,9 @@ Value row_dot(Graph& g, Value a, Value b) {
   return g.reduce(g.binary("multiply", a, b), g.constant(0, t.dtype), {t.rank() - 1}, ir::Reducer::kAdd);
 }
 
-// The rotation J (with J[p,p] = J[q,q] = c, J[p,q] = s, J[q,p] = -s) that makes the symmetric 2x2
-// [[app, apq], [apq, aqq]] diagonal under J^T . J, for every pair at once; pairs [..., n/2] of values, and the
-// pairs' one-hot index matrices `first`, `second` [n/2, n]. A zero apq gives exactly c = 1, s = 0.
-Value rotation(Graph& g, Value app, Value aqq, Value apq, Value first, Value second,
-               const std::vector<int64_t>& batch) {
+// The rotations (c, s) that make each symmetric 2x2 [[app, apq], [apq, aqq]] diagonal under J^T . J with
+// J = [[c, s], [-s, c]]; all [..., n/2]. A zero apq gives exactly c = 1, s = 0.
+std::pair<Value, Value> rotation(Graph& g, Value app, Value aqq, Value apq) {
   const Type pt = g.type(apq);
   const DType dtype = pt.dtype;
   auto scalar = [&](double v) { return g.constant(v, dtype, pt.dims); };
@@ -642,23 +634,45 @@ Value rotation(Graph& g, Value app, Value aqq, Value apq, Value first, Value sec
   Value t = g.binary("divide", g.select(negative, scalar(-1), scalar(1)), denominator);
   t = g.select(zero, scalar(0), t);
   Value c = g.unary("rsqrt", g.binary("add", scalar(1), g.binary("multiply", t, t)));
-  Value s = g.binary("multiply", t, c);
-  // J = I + first^T ((c - 1) first + s second) + second^T ((c - 1) second - s first)
-  const int64_t size = g.type(first).dims.back();
-  const std::vector<int64_t> pair_matrix = append(batch, {size / 2, size});
-  const std::vector<int64_t> batch_and_pair = dim_range(0, static_cast<int64_t>(batch.size()) + 1);
-  auto scale_rows = [&](Value v, Value one_hot) {
-    return g.binary("multiply", g.broadcast_in_dim(v, pair_matrix, batch_and_pair),
-                    broadcast_to(g, one_hot, pair_matrix));
-  };
-  Value c_minus_1 = g.binary("subtract", c, scalar(1));
-  Value first_rows = g.binary("add", scale_rows(c_minus_1, first), scale_rows(s, second));
-  Value second_rows = g.binary("subtract", scale_rows(c_minus_1, second), scale_rows(s, first));
-  const std::vector<int64_t> square = append(batch, {size, size});
-  Value first_t = broadcast_to(g, g.transpose(first, {1, 0}), append(batch, {size, size / 2}));
-  Value second_t = broadcast_to(g, g.transpose(second, {1, 0}), append(batch, {size, size / 2}));
-  return g.binary("add", identity(g, dtype, square),
-                  g.binary("add", matmul(g, first_t, first_rows), matmul(g, second_t, second_rows)));
+  return {c, g.binary("multiply", t, c)};
+}
+
+// The rows of x [..., size, k] in `order` [size] (the same for the whole batch).
+Value rows_in_order(Graph& g, Value x, Value order) {
+  const Type t = g.type(x);
+  return gather_rows(g, x, g.broadcast_in_dim(order, std::vector<int64_t>(t.dims.begin(), t.dims.end() - 1),
+                                              {t.rank() - 2}));
+}
+
+// Applies the round's rotations to the rows of x [..., size, k] held in round order: row p becomes
+// c x_p - s x_q and row q becomes s x_p + c x_q, i.e. J^T x. Returns the rows in round order.
+Value rotate_ordered_rows(Graph& g, Value ordered, Value c, Value s) {
+  const Type t = g.type(ordered);
+  const int64_t size = t.dims.end()[-2];
+  const int64_t rank = t.rank();
+  std::vector<int64_t> zero(static_cast<size_t>(rank), 0), unit(static_cast<size_t>(rank), 1);
+  std::vector<int64_t> middle = t.dims, second_start(static_cast<size_t>(rank), 0);
+  middle.end()[-2] = size / 2;
+  second_start.end()[-2] = size / 2;
+  Value first = g.slice(ordered, zero, middle, unit);
+  Value second = g.slice(ordered, second_start, t.dims, unit);
+  const std::vector<int64_t> pair_positions = dim_range(0, rank - 1);
+  Value c_full = g.broadcast_in_dim(c, middle, pair_positions);
+  Value s_full = g.broadcast_in_dim(s, middle, pair_positions);
+  Value new_first = g.binary("subtract", g.binary("multiply", c_full, first), g.binary("multiply", s_full, second));
+  Value new_second = g.binary("add", g.binary("multiply", s_full, first), g.binary("multiply", c_full, second));
+  return g.concatenate({new_first, new_second}, rank - 2);
+}
+
+// The first and second halves of the last dim of v [..., size].
+std::pair<Value, Value> halves(Graph& g, Value v) {
+  const Type t = g.type(v);
+  const int64_t size = t.dims.back();
+  std::vector<int64_t> zero(static_cast<size_t>(t.rank()), 0), unit(static_cast<size_t>(t.rank()), 1);
+  std::vector<int64_t> middle = t.dims, second_start(static_cast<size_t>(t.rank()), 0);
+  middle.back() = size / 2;
+  second_start.back() = size / 2;
+  return {g.slice(v, zero, middle, unit), g.slice(v, second_start, t.dims, unit)};
 }
 
 // Pads the last `dims_to_pad` dims (1 or 2) of x with one zero when `size` (x's last dim) is odd.
@@ -740,17 +754,25 @@ Eigen symmetric_eigen(Graph& g, Value a) {
   const int64_t size = g.type(x).dims.back();
   const std::vector<int64_t> square = append(batch, {size, size});
   const std::vector<int64_t> batch_positions = dim_range(0, static_cast<int64_t>(batch.size()));
+  // Both the matrix and the eigenvector columns are kept in the original index order between rounds.
   auto step = [&](Value round, const std::vector<Value>& s) {
-    auto [first, second] = round_robin_pairs(g, round, size, dtype);
-    const std::vector<int64_t> pair_matrix = append(batch, {size / 2, size});
-    Value first_b = broadcast_to(g, first, pair_matrix);
-    Value second_b = broadcast_to(g, second, pair_matrix);
-    Value first_rows = matmul(g, first_b, s[0]);
-    Value second_rows = matmul(g, second_b, s[0]);
-    Value j = rotation(g, row_dot(g, first_rows, first_b), row_dot(g, second_rows, second_b),
-                       row_dot(g, first_rows, second_b), first, second, batch);
-    Value rotated = matmul(g, transpose_matrix(g, j), matmul(g, s[0], j));
-    return std::vector<Value>{rotated, matmul(g, s[1], j)};
+    Value order = round_robin_order(g, round, size);
+    Value back = invert_permutation(g, order);
+    // x in round order on both sides: its diagonal holds app then aqq, the diagonal of its upper-right block apq.
+    Value ordered = transpose_matrix(g, rows_in_order(g, transpose_matrix(g, rows_in_order(g, s[0], order)), order));
+    auto [app, aqq] = halves(g, diagonal_of(g, ordered));
+    std::vector<int64_t> block_start(square.size(), 0), block_limit = square, unit(square.size(), 1);
+    block_start.back() = size / 2;
+    block_limit.end()[-2] = size / 2;
+    Value apq = diagonal_of(g, g.slice(ordered, block_start, block_limit, unit));
+    auto [c, sn] = rotation(g, app, aqq, apq);
+    // J^T x J: rotate the rows, then the columns (as rows of the transpose), then restore the index order.
+    Value rotated = rotate_ordered_rows(g, transpose_matrix(g, rotate_ordered_rows(g, ordered, c, sn)), c, sn);
+    Value x = rows_in_order(g, transpose_matrix(g, rows_in_order(g, rotated, back)), back);
+    // V J: rotate V's columns.
+    Value v_columns = rows_in_order(g, transpose_matrix(g, s[1]), order);
+    Value v = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, v_columns, c, sn), back));
+    return std::vector<Value>{x, v};
   };
   auto converged = [&](const std::vector<Value>& s) {
     Value squares = g.binary("multiply", s[0], s[0]);
@@ -761,7 +783,9 @@ Eigen symmetric_eigen(Graph& g, Value a) {
     Value total = g.reduce(squares, g.constant(0, dtype),
                            {static_cast<int64_t>(batch.size()), static_cast<int64_t>(batch.size()) + 1},
                            ir::Reducer::kAdd);
-    const double tolerance = epsilon(dtype) * epsilon(dtype);
+    // ||off-diagonal||_F <= sqrt(size) eps ||x||_F: a stricter bound is out of reach of rounding in the
+    // rotations themselves.
+    const double tolerance = static_cast<double>(size) * epsilon(dtype) * epsilon(dtype);
     return g.compare(off, g.binary("multiply", total, g.constant(tolerance, dtype, batch)), ir::Comparison::kLE);
   };
   std::vector<Value> r = jacobi_sweeps(g, {x, identity(g, dtype, square)}, size, 30, step, converged);
@@ -808,16 +832,22 @@ Svd one_sided_jacobi(Graph& g, Value a) {
   const std::vector<int64_t> square = append(batch, {size, size});
   const int64_t column_dim = static_cast<int64_t>(batch.size());
   auto step = [&](Value round, const std::vector<Value>& s) {
-    auto [first, second] = round_robin_pairs(g, round, size, dtype);
-    const std::vector<int64_t> pair_matrix = append(batch, {size / 2, size});
-    Value first_b = broadcast_to(g, first, pair_matrix);
-    Value second_b = broadcast_to(g, second, pair_matrix);
-    // The pairs' columns, as rows: [..., n/2, m].
-    Value first_columns = matmul(g, first_b, transpose_matrix(g, s[0]));
-    Value second_columns = matmul(g, second_b, transpose_matrix(g, s[0]));
-    Value j = rotation(g, row_dot(g, first_columns, first_columns), row_dot(g, second_columns, second_columns),
-                       row_dot(g, first_columns, second_columns), first, second, batch);
-    return std::vector<Value>{matmul(g, s[0], j), matmul(g, s[1], j)};
+    Value order = round_robin_order(g, round, size);
+    Value back = invert_permutation(g, order);
+    // The columns as rows, in round order: [..., size, m].
+    Value columns = rows_in_order(g, transpose_matrix(g, s[0]), order);
+    const Type ct = g.type(columns);
+    std::vector<int64_t> zero(static_cast<size_t>(ct.rank()), 0), unit(static_cast<size_t>(ct.rank()), 1);
+    std::vector<int64_t> middle = ct.dims, second_start(static_cast<size_t>(ct.rank()), 0);
+    middle.end()[-2] = size / 2;
+    second_start.end()[-2] = size / 2;
+    Value first = g.slice(columns, zero, middle, unit);
+    Value second = g.slice(columns, second_start, ct.dims, unit);
+    auto [c, sn] = rotation(g, row_dot(g, first, first), row_dot(g, second, second), row_dot(g, first, second));
+    Value x = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, columns, c, sn), back));
+    Value v_columns = rows_in_order(g, transpose_matrix(g, s[1]), order);
+    Value v = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, v_columns, c, sn), back));
+    return std::vector<Value>{x, v};
   };
   auto converged = [&](const std::vector<Value>& s) {
     // Every pair of columns orthogonal to working precision: gamma^2 <= tol^2 alpha beta.
