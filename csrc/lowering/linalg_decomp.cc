@@ -1,5 +1,6 @@
-// Matrix decompositions and the solvers built on them: Cholesky, triangular solves, LU with partial pivoting
-// (det, slogdet, inv, solve, lu_solve, lu_unpack) and eye.
+// Matrix decompositions and what is built on them: Cholesky, triangular solves, LU with partial pivoting
+// (det, slogdet, inv, solve, lu_solve, lu_unpack), symmetric eigendecomposition and SVD (Jacobi), Householder
+// QR (qr, householder_product, ormqr), matrix_exp, and eye.
 //
 // Only portable StableHLO: stablehlo.cholesky and stablehlo.triangular_solve where StableHLO has the op,
 // while loops elsewhere; no LAPACK custom calls, which exist only on the CPU. Matrices are the last two dims;
@@ -7,8 +8,8 @@
 // 1-based int32 pivots, `info` = the 1-based position of the first failing pivot (0 on success).
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "lowering/helpers.h"
