@@ -114,6 +114,20 @@ def test_inverse_of_a_singular_matrix_raises_like_cpu():
         torch.linalg.inv(tpu(torch.tensor([[1.0, 2.0], [2.0, 4.0]])))
 
 
+@pytest.mark.parametrize("op", [
+    lambda a: torch.linalg.inv_ex(a, check_errors=True),
+    lambda a: torch.linalg.cholesky_ex(a, check_errors=True),
+    lambda a: torch.linalg.solve_ex(a, a, check_errors=True),
+], ids=["inv_ex", "cholesky_ex", "solve_ex"])
+def test_check_errors_raises_like_cpu(op):
+    a = torch.stack([torch.eye(2), torch.tensor([[1.0, 2.0], [2.0, 4.0]])])
+    with pytest.raises(torch.linalg.LinAlgError, match="Batch element 1"):
+        op(tpu(a))
+    with pytest.raises(torch.linalg.LinAlgError, match="Batch element 1"):
+        op(a)
+    op(tpu(a[:1]))  # a valid input doesn't raise
+
+
 def test_det_slogdet_inv_solve():
     a = torch.randn(3, 5, 5)
     assert_close(torch.linalg.det(tpu(a)).cpu(), torch.linalg.det(a), **TOL)

@@ -561,7 +561,7 @@ std::vector<Value> lower_linalg_inv_ex(LoweringContext& ctx) {
 }
 
 // _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info). A vector B (result of rank
-// A's - 1) is a one-column matrix.
+// A's - 1; only with left, PyTorch's checks reject it otherwise) is a one-column matrix.
 std::vector<Value> lower_linalg_solve_ex(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& result = out(ctx, 0);
@@ -574,7 +574,6 @@ std::vector<Value> lower_linalg_solve_ex(LoweringContext& ctx) {
   Value b = broadcast_to(g, g.reshape(ctx.tensor(1), vector ? append(g.type(ctx.tensor(1)).dims, {1})
                                                             : g.type(ctx.tensor(1)).dims),
                          b_dims);
-  if (vector && !left) b = transpose_matrix(g, b);
   Value x = lu_solve(g, lu.lu, lu.permutation, b, left, false);
   return {g.reshape(x, result.dims), lu.lu, lu.pivots, lu.info};
 }
