@@ -247,9 +247,9 @@ std::vector<Value> lower_linalg_solve_triangular(LoweringContext& ctx) {
 
 // ---- LU with partial pivoting ----
 
-// Swaps entries (rows, for rank = vector rank + 1) k and p[...] along dim `dim` of x, where k is one i64
-// scalar and p an i64 index per batch element (shape: x's dims up to `dim`). Selects, not arithmetic, so
-// infinities and NaNs move unchanged.
+// Swaps the slices at positions k and p along dim `dim` of x (the rows of a batch of matrices, or the entries
+// of a batch of vectors): k is one i64 scalar, p an i64 position per batch element (x's dims before `dim`).
+// Selects, not arithmetic, so infinities and NaNs move unchanged.
 Value swap_along(Graph& g, Value x, int64_t dim, Value k, Value p) {
   const Type t = g.type(x);
   Value index = g.iota(Type{DType::kI64, t.dims}, dim);
