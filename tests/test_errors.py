@@ -313,3 +313,9 @@ def test_default_fallback_in_process(survivor):
     torch.ones(3, device="tpu").add(1).cpu()
     assert fallback_counts("aten::add") == 0
     assert_usable(survivor)
+
+
+def test_deprecated_cholesky_raises_on_a_non_positive_definite_input():
+    # torch.cholesky has no info output to check on the device, so it runs on the CPU, which raises.
+    with pytest.raises(RuntimeError, match="positive-definite"):
+        torch.cholesky(-torch.eye(3, device="tpu"))

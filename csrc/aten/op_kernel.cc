@@ -1,6 +1,7 @@
 #include "aten/op_kernel.h"
 
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/_linalg_check_errors.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -65,6 +66,9 @@ struct OpState {
   const lowering::Rule* rule = nullptr;
   std::vector<size_t> mutated;  // argument indices written by the op
   bool is_out_variant = false;
+  // The `bool check_errors` argument of the linalg *_ex ops, -1 if none: when set, a failed factorization
+  // raises like the CPU kernels do, from the op's last result (info).
+  int check_errors_arg = -1;
   OpCounters* counters = nullptr;
   std::mutex mutex;
   std::unordered_map<cache::ProgramKey, std::shared_ptr<CompiledOp>, cache::ProgramKeyHash> programs;
@@ -125,6 +129,7 @@ OpState& op_state(const c10::OperatorHandle& op) {
         state->mutated.push_back(i);
         if (arguments[i].kwarg_only()) state->is_out_variant = true;
       }
+      if (arguments[i].name() == "check_errors") state->check_errors_arg = static_cast<int>(i);
     }
     state->rule = derive_rule(*schema, state->is_out_variant);
     TORCH_CHECK(state->rule != nullptr, "torchtpu: no lowering rule for ", state->name,
@@ -408,6 +413,7 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
       if (t.defined() && rule_reads(state, i)) {
         a.kind = Arg::Kind::kTensor;
         a.tensor = read_tensor(g, t, *compiled, {i, -1});
+        a.contiguous = t.is_contiguous();
       }
     } else if (is_tensor_list(v)) {
       a.kind = Arg::Kind::kTensorList;
@@ -632,6 +638,16 @@ void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex 
   }
 }
 
+// What the CPU kernels of linalg_inv_ex, linalg_cholesky_ex, linalg_lu_factor_ex and _linalg_solve_ex do
+// with check_errors=True: raise PyTorch's error for the first failed matrix, named after the op.
+void raise_linalg_errors(const OpState& state, const at::Tensor& info) {
+  std::string api = state.name.substr(state.name.find("::") + 2);
+  api = api.substr(0, api.find('.'));
+  if (api.rfind('_', 0) == 0) api.erase(0, 1);
+  if (api.rfind("linalg_", 0) == 0) api.replace(6, 1, ".");
+  at::_linalg_check_errors(info, api, info.dim() == 0);
+}
+
 void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpState& state = op_state(op);
   if (log_ops()) std::fprintf(stderr, "[torchtpu] %s\n", state.name.c_str());
@@ -665,7 +681,9 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       std::lock_guard<std::mutex> lock(state.mutex);
       state.programs.emplace(key, compiled);
     }
+    const bool check_errors = state.check_errors_arg >= 0 && (*stack)[first + state.check_errors_arg].toBool();
     run(state, op.schema(), *compiled, *stack, first, device);
+    if (check_errors) raise_linalg_errors(state, stack->back().toTensor());
   } catch (const runtime::PjrtError& e) {
     TORCH_CHECK(false, state.name, " on tpu failed: ", e.what());
   }

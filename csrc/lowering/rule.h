@@ -24,6 +24,8 @@ struct Arg {
   enum class Kind { kNone, kTensor, kTensorList, kInt, kDouble, kBool, kIntList, kDoubleList, kString };
   Kind kind = Kind::kNone;
   Value tensor;                 // kTensor
+  bool contiguous = true;       // kTensor: whether the ATen tensor is contiguous (a few CPU kernels' results
+                                // depend on it, e.g. _linalg_det factors A^T when A is contiguous)
   std::vector<Value> tensors;   // kTensorList
   int64_t integer = 0;          // kInt, and kBool as 0/1
   double real = 0;              // kDouble
@@ -68,6 +70,7 @@ std::vector<std::string> rule_names();
 void add_elementwise_rules(std::vector<Rule>& table);
 void add_reduction_rules(std::vector<Rule>& table);
 void add_linalg_rules(std::vector<Rule>& table);
+void add_linalg_decomposition_rules(std::vector<Rule>& table);
 void add_nn_rules(std::vector<Rule>& table);
 void add_random_rules(std::vector<Rule>& table);
 void add_rnn_rules(std::vector<Rule>& table);

@@ -12,6 +12,7 @@ const std::unordered_map<std::string, Rule>& table() {
     add_elementwise_rules(all);
     add_reduction_rules(all);
     add_linalg_rules(all);
+    add_linalg_decomposition_rules(all);
     add_nn_rules(all);
     add_random_rules(all);
     add_rnn_rules(all);
