@@ -100,13 +100,22 @@ ACTIVATIONS = {
     "elu": F.elu,
     "selu": F.selu,
     "celu": lambda x: F.celu(x, 0.7),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "mish": F.mish,
+    "threshold": lambda x: F.threshold(x, 0.5, -2.0),
+    "softshrink": lambda x: F.softshrink(x, 0.7),
+    "hardshrink": F.hardshrink,
+    "glu": F.glu,
+    "glu_dim0": lambda x: F.glu(x, 0),
+    "rrelu_eval": lambda x: F.rrelu(x, 0.1, 0.3),
 }
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_activation(name, dtype):
-    check(ACTIVATIONS[name], [randn(5, 8) * 3], (0,), dtype)
+    check(ACTIVATIONS[name], [randn(6, 8) * 3], (0,), dtype)
 
 
 def test_inplace_activations():
@@ -115,6 +124,31 @@ def test_inplace_activations():
     check(lambda x: F.silu(x.clone(), inplace=True), [randn(4, 4)])
     # elu_(inplace) differentiates through the result (elu_backward with is_result=True).
     check(lambda x: F.elu(x * 1, inplace=True), [randn(4, 4)], (0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("channels", [1, 3])
+def test_prelu(channels, dtype):
+    check(F.prelu, [randn(2, 3, 4) * 3, randn(channels)], (0, 1), dtype)
+
+
+def test_rrelu_training_draws_slopes_in_range():
+    x = (torch.randn(2000) * 3).to("tpu").requires_grad_()
+    torchtpu.reset_metrics()
+    y = F.rrelu(x, 0.1, 0.3, training=True)
+    y.sum().backward()
+    x_cpu, y_cpu, grad = x.detach().cpu(), y.detach().cpu(), x.grad.cpu()
+    negative = x_cpu <= 0
+    slopes = y_cpu[negative] / x_cpu[negative]
+    assert slopes.min() >= 0.1 and slopes.max() < 0.3 and abs(slopes.mean() - 0.2) < 0.01
+    assert_close(y_cpu[~negative], x_cpu[~negative])
+    assert_close(grad[negative], slopes)  # the backward reuses the drawn noise
+    assert not fallback_ops()
+
+
+def test_glu_odd_dim_raises_like_cpu():
+    with pytest.raises(RuntimeError, match="even"):
+        F.glu(torch.randn(3, 5).to("tpu"))
 
 
 # ---- normalization ------------------------------------------------------------------------------------

@@ -28,6 +28,10 @@ DType accumulation_dtype(DType dtype);
 // resampling this way.
 Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype);
 
+// Uniform floats in [0, 1) of `dtype` (float32 or float64) from rng_bit_generator over the functional
+// RNG state (LoweringContext::rng_state of a rule marked uses_rng).
+Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype);
+
 // Elementwise result of `name` over the arguments converted to `compute` and broadcast to `dims`.
 Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& operands, DType compute,
                   const std::vector<int64_t>& dims);
