@@ -214,6 +214,78 @@ def test_embedding_bf16():
     check(lambda i, w: F.embedding(i, w), [torch.randint(0, 6, (5, 3)), randn(6, 4)], (1,), torch.bfloat16)
 
 
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_binary_cross_entropy(reduction, dtype):
+    probabilities = torch.rand(4, 5).clamp(0.05, 0.95)
+    target = torch.rand(4, 5)
+    check(lambda x, t: F.binary_cross_entropy(x, t, reduction=reduction), [probabilities, target], (0, 1), dtype)
+
+
+def test_binary_cross_entropy_weight_and_saturated_inputs():
+    # log(0) is clamped at -100 as on CPU, so inputs of exactly 0 and 1 give finite losses.
+    x = torch.tensor([[0.0, 1.0, 0.3], [0.5, 1.0, 0.0]])
+    t = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    check(lambda x, t, w: F.binary_cross_entropy(x, t, w, reduction="none"), [x, t, randn(3)])
+    check(lambda x, t, w: F.binary_cross_entropy(x, t, w), [torch.rand(3, 3), torch.rand(3, 3), randn(3)], (0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("name", ["smooth_l1", "smooth_l1_beta0", "huber"])
+def test_robust_regression_losses(name, reduction, dtype):
+    fn = {"smooth_l1": lambda x, t: F.smooth_l1_loss(x, t, reduction=reduction, beta=0.7),
+          "smooth_l1_beta0": lambda x, t: F.smooth_l1_loss(x, t, reduction=reduction, beta=0.0),
+          "huber": lambda x, t: F.huber_loss(x, t, reduction=reduction, delta=0.6)}[name]
+    check(fn, [randn(4, 6), randn(4, 6)], (0, 1), dtype)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("p", [1, 2])
+def test_multi_margin_loss(p, reduction):
+    target = torch.tensor([0, 3, 2, 3])
+    check(lambda x, w: F.multi_margin_loss(x, target.to(x.device), p=p, margin=0.8, weight=w, reduction=reduction),
+          [randn(4, 5), torch.rand(5)])
+    check(lambda x: F.multi_margin_loss(x, target[1:2].to(x.device), reduction=reduction), [randn(5)])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multilabel_margin_loss(reduction):
+    # Labels end at the first -1; a repeated label counts twice, as on CPU.
+    target = torch.tensor([[3, 0, -1, 1], [1, 1, 2, 0], [-1, 2, 1, 0]])
+    check(lambda x: F.multilabel_margin_loss(x, target.to(x.device), reduction=reduction), [randn(3, 4)])
+    if reduction != "none":  # unbatched with reduction none: PyTorch's meta kernel gives shape [1], CPU []
+        check(lambda x: F.multilabel_margin_loss(x, target[0].to(x.device), reduction=reduction), [randn(4)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_distances(dtype):
+    check(lambda a, b: F.pairwise_distance(a, b, p=3), [randn(4, 6), randn(4, 6)], (0, 1), dtype)
+    check(lambda a, b: torch.dist(a, b, 1.5), [randn(4, 6), randn(4, 6)], (0, 1), dtype)
+    check(lambda a, p, n: F.triplet_margin_loss(a, p, n, swap=True), [randn(4, 6), randn(4, 6), randn(4, 6)], (0, 1, 2), dtype)
+    check(lambda x: torch.norm(x, p=2, dim=1, keepdim=True), [randn(3, 5)], (0,), dtype)
+    check(lambda x: torch.norm(x, p=float("inf")), [randn(3, 5)], (0,), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_renorm(dtype):
+    check(lambda x: torch.renorm(x, 2, 0, 1.5), [randn(4, 6)], (0,), dtype)
+    check(lambda x: torch.renorm(x, 1, 1, 2.0), [randn(3, 4, 2)], (0,), dtype)
+
+
+def test_logit():
+    check(lambda x: torch.logit(x), [torch.rand(4, 5)], (0,))
+    check(lambda x: torch.logit(x, eps=0.2), [torch.rand(4, 5)], (0,))
+
+
+def test_multi_margin_loss_bad_target_raises_like_cpu():
+    with pytest.raises(RuntimeError):
+        F.multi_margin_loss(torch.randn(3, 4).to("tpu"), torch.tensor([0, 1]).to("tpu"))
+
+
 # ---- convolution --------------------------------------------------------------------------------------
 
 CONVS = {

@@ -291,33 +291,72 @@ std::vector<Value> lower_logsumexp(LoweringContext& ctx) {
   return {finish(ctx, g.binary("add", g.unary("log", s), m), 0)};
 }
 
-// linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?): ord 0 counts non-zeros, +-inf take the
-// max/min magnitude, 1 and 2 avoid the general pow, and anything else is (sum |x|^p)^(1/p).
-std::vector<Value> lower_vector_norm(LoweringContext& ctx) {
+// The vector norm of argument 0 over `dims`, in the accumulation type of the output: ord 0 counts
+// non-zeros, +-inf take the max/min magnitude, 1 and 2 avoid the general pow, and anything else is
+// (sum |x|^p)^(1/p).
+Value vector_norm(LoweringContext& ctx, double ord, const std::vector<int64_t>& dims) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
-  const double ord = ctx.real(1);
-  const std::vector<int64_t> dims = dims_arg(ctx, 2);
   Value a = g.unary("abs", g.convert(ctx.tensor(0), accumulate));
   const Type t = g.type(a);
   Value zero = g.constant_int(0, accumulate);
-  Value r;
   if (std::isinf(ord)) {
-    r = ord > 0 ? g.reduce(a, zero, dims, Reducer::kMax) : g.reduce(a, extreme(g, accumulate, false), dims, Reducer::kMin);
     // maximum/minimum propagate NaN, as torch's amax does.
-  } else if (ord == 0) {
-    Value nonzero = g.convert(g.compare(a, g.constant(0.0, accumulate, t.dims), Comparison::kNE), accumulate);
-    r = g.reduce(nonzero, zero, dims, Reducer::kAdd);
-  } else if (ord == 1) {
-    r = g.reduce(a, zero, dims, Reducer::kAdd);
-  } else if (ord == 2) {
-    r = g.unary("sqrt", g.reduce(g.binary("multiply", a, a), zero, dims, Reducer::kAdd));
-  } else {
-    Value powered = g.binary("power", a, g.constant(ord, accumulate, t.dims));
-    Value s = g.reduce(powered, zero, dims, Reducer::kAdd);
-    r = g.binary("power", s, g.constant(1.0 / ord, accumulate, g.type(s).dims));
+    return ord > 0 ? g.reduce(a, zero, dims, Reducer::kMax) : g.reduce(a, extreme(g, accumulate, false), dims, Reducer::kMin);
   }
-  return {finish(ctx, r, 0)};
+  if (ord == 0) {
+    Value nonzero = g.convert(g.compare(a, g.constant(0.0, accumulate, t.dims), Comparison::kNE), accumulate);
+    return g.reduce(nonzero, zero, dims, Reducer::kAdd);
+  }
+  if (ord == 1) return g.reduce(a, zero, dims, Reducer::kAdd);
+  if (ord == 2) return g.unary("sqrt", g.reduce(g.binary("multiply", a, a), zero, dims, Reducer::kAdd));
+  Value powered = g.binary("power", a, g.constant(ord, accumulate, t.dims));
+  Value s = g.reduce(powered, zero, dims, Reducer::kAdd);
+  return g.binary("power", s, g.constant(1.0 / ord, accumulate, g.type(s).dims));
+}
+
+// linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?)
+std::vector<Value> lower_vector_norm(LoweringContext& ctx) {
+  return {finish(ctx, vector_norm(ctx, ctx.real(1), dims_arg(ctx, 2)), 0)};
+}
+
+// The p of the legacy norm overloads: None means 2.
+double norm_order(const LoweringContext& ctx) { return ctx.is_none(1) ? 2.0 : ctx.real(1); }
+
+// norm.Scalar(self, p) and norm.ScalarOpt_dtype(self, p?, *, dtype): over every dim.
+std::vector<Value> lower_norm(LoweringContext& ctx) {
+  return {finish(ctx, vector_norm(ctx, norm_order(ctx), reduction_dims({}, ctx.type_of(0).rank())), 0)};
+}
+
+// norm.ScalarOpt_dim(self, p?, dim[], keepdim) and norm.ScalarOpt_dim_dtype(..., *, dtype)
+std::vector<Value> lower_norm_dims(LoweringContext& ctx) {
+  return {finish(ctx, vector_norm(ctx, norm_order(ctx), dims_arg(ctx, 2)), 0)};
+}
+
+// renorm(self, p, dim, maxnorm): each slice along `dim` whose p-norm exceeds maxnorm is scaled down to
+// it, by maxnorm / (norm + 1e-7) as PyTorch does. The norm is rounded to the input's type first, as CPU
+// computes it as a separate tensor.
+std::vector<Value> lower_renorm(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type t = out(ctx);
+  const DType accumulate = accumulation_dtype(t.dtype);
+  const int64_t dim = wrap_dim(ctx.integer(2), t.rank());
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (d != dim) others.push_back(d);
+  }
+  Value norm = g.convert(g.convert(vector_norm(ctx, ctx.real(1), others), t.dtype), accumulate);
+  const std::vector<int64_t> slices = g.type(norm).dims;
+  const double maxnorm = ctx.real(3);
+  Value scale = g.binary("divide", g.constant(maxnorm, accumulate, slices),
+                         g.binary("add", norm, g.constant(1e-7, accumulate, slices)));
+  Value factor = g.select(g.compare(norm, g.constant(maxnorm, accumulate, slices), Comparison::kGT), scale,
+                          g.constant(1.0, accumulate, slices));
+  factor = g.convert(g.convert(factor, t.dtype), accumulate);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  std::vector<int64_t> kept;
+  if (t.rank() > 0) kept.push_back(dim);
+  return {finish(ctx, g.binary("multiply", x, g.broadcast_in_dim(factor, t.dims, kept)), 0)};
 }
 
 // ---- cumsum/cumprod -------------------------------------------------------------------------------
@@ -376,8 +415,13 @@ void add_reduction_rules(std::vector<Rule>& table) {
   table.push_back({"aten::min", &lower_min});
   table.push_back({"aten::min.dim", &lower_min_dim});
   table.push_back({"aten::nansum", &lower_nansum});
+  table.push_back({"aten::norm.Scalar", &lower_norm});
+  table.push_back({"aten::norm.ScalarOpt_dim", &lower_norm_dims});
+  table.push_back({"aten::norm.ScalarOpt_dim_dtype", &lower_norm_dims});
+  table.push_back({"aten::norm.ScalarOpt_dtype", &lower_norm});
   table.push_back({"aten::prod", &lower_prod});
   table.push_back({"aten::prod.dim_int", &lower_prod_dim});
+  table.push_back({"aten::renorm", &lower_renorm});
   table.push_back({"aten::std.correction", &lower_std});
   table.push_back({"aten::std_mean.correction", &lower_std_mean});
   table.push_back({"aten::sum", &lower_sum});
