@@ -397,6 +397,22 @@ def test_batch_norm_eval_uses_running_stats():
     check(lambda x: tpu_bn(x) if x.device.type == "tpu" else cpu_bn(x), [randn(6, 3)], (0,))
 
 
+def test_batch_norm_with_update():
+    weight, bias = randn(4), randn(4)
+    mean, var = randn(4), torch.rand(4) + 0.5
+    x = randn(6, 4, 3)
+    cpu_mean, cpu_var = mean.clone(), var.clone()
+    tpu_mean, tpu_var = mean.to("tpu"), var.to("tpu")
+
+    def fn(x, w, b):
+        stats = (tpu_mean, tpu_var) if x.device.type == "tpu" else (cpu_mean, cpu_var)
+        return torch.ops.aten._batch_norm_with_update(x, w, b, *stats, 0.2, 1e-5)[0]
+
+    check(fn, [x, weight, bias], (0, 1, 2))
+    assert_close(tpu_mean.cpu(), cpu_mean)
+    assert_close(tpu_var.cpu(), cpu_var)
+
+
 def test_max_pool2d_indices():
     x = randn(2, 3, 9, 8)
     x[0, 0, :3, :3] = 1.0  # ties: the first maximum wins, as on CPU
