@@ -281,6 +281,16 @@ def test_logit():
     check(lambda x: torch.logit(x, eps=0.2), [torch.rand(4, 5)], (0,))
 
 
+def test_margin_loss_gradients():
+    # Their backward ops have no meta kernel in PyTorch; torchtpu/_meta.py supplies one.
+    target = torch.tensor([0, 3, 2, 3])
+    check(lambda x, w: F.multi_margin_loss(x, target.to(x.device), p=2, weight=w), [randn(4, 5), torch.rand(5)], (0,))
+    check(lambda x: F.multi_margin_loss(x, target.to(x.device), margin=2.0, reduction="none"), [randn(4, 5)], (0,))
+    labels = torch.tensor([[3, 0, -1, 1], [1, 1, 2, 0], [-1, 2, 1, 0]])
+    check(lambda x: F.multilabel_margin_loss(x, labels.to(x.device)), [randn(3, 4)], (0,))
+    check(lambda x: F.multilabel_margin_loss(x, labels.to(x.device), reduction="none"), [randn(3, 4)], (0,))
+
+
 def test_multi_margin_loss_bad_target_raises_like_cpu():
     with pytest.raises(RuntimeError):
         F.multi_margin_loss(torch.randn(3, 4).to("tpu"), torch.tensor([0, 1]).to("tpu"))

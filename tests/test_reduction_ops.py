@@ -230,3 +230,37 @@ def test_topk_nan_and_grad():
     check(lambda t: torch.topk(t, 2), x, equal_nan=True)
     check(lambda t: torch.topk(t, 2, largest=False), x)
     check_grad(lambda t: torch.topk(t, 2).values, torch.randn(4, 6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+@pytest.mark.parametrize("fn", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
+def test_cummax_cummin(fn, dtype):
+    # Small integers make ties common: an equal value moves the index forward, as on CPU.
+    x = torch.randint(-3, 4, (4, 9)).to(dtype)
+    for dim in (0, 1, -1):
+        check(lambda t: tuple(fn(t, dim)), x)
+
+
+def test_cummax_cummin_nan_and_grad():
+    nan = float("nan")
+    x = torch.tensor([1.0, 3, 3, nan, 2, nan, 5])
+    check(lambda t: tuple(torch.cummax(t, 0)), x, equal_nan=True)
+    check(lambda t: tuple(torch.cummin(t, 0)), x, equal_nan=True)
+    check(lambda t: tuple(torch.cummax(t, 0)), torch.tensor(2.0))
+    check_grad(lambda t: torch.cummax(t, 1).values, torch.randn(3, 5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+def test_aminmax_count_nonzero_trace(dtype):
+    x = torch.randint(-2, 3, (4, 5)).to(dtype)
+    check(lambda t: tuple(torch.aminmax(t)), x)
+    check(lambda t: tuple(torch.aminmax(t, dim=1, keepdim=True)), x)
+    check(lambda t: torch.count_nonzero(t, dim=(0, 1)), x)
+    check(lambda t: torch.count_nonzero(t, dim=1), x)
+    check(torch.trace, x)
+    check(torch.trace, x.T[:3])
+
+
+def test_trace_rejects_non_matrix_like_cpu():
+    with pytest.raises(RuntimeError, match="expected a matrix"):
+        torch.trace(torch.ones(2, 2, 2, device="tpu"))

@@ -391,19 +391,102 @@ Value cumulative(LoweringContext& ctx, Reducer reducer) {
 std::vector<Value> lower_cumsum(LoweringContext& ctx) { return {finish(ctx, cumulative(ctx, Reducer::kAdd), 0)}; }
 std::vector<Value> lower_cumprod(LoweringContext& ctx) { return {finish(ctx, cumulative(ctx, Reducer::kMul), 0)}; }
 
+
+// ---- cummax/cummin --------------------------------------------------------------------------------
+
+// _cummax_helper(self, values!, indices!, dim) -> () and _cummin_helper: the running extremum and the
+// position it was last seen at, as PyTorch's CPU kernel gives them: an equal value moves the index
+// forward, and NaN beats every number (it then propagates), a later NaN moving the index again. The
+// scan is a reduce_window over (value, index) pairs whose combiner keeps the pair that is "larger"
+// in that order, which is associative and commutative as reduce_window requires.
+std::vector<Value> cumulative_extremum(LoweringContext& ctx, bool is_max) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type t = g.type(x);
+  const Type index_type{DType::kI64, t.dims};
+  if (t.rank() == 0) return {x, g.constant_int(0, DType::kI64, {})};
+  if (t.numel() == 0) return {x, g.constant_int(0, DType::kI64, t.dims)};
+  const int64_t dim = wrap_dim(ctx.integer(3), t.rank());
+  const int64_t n = t.dims[static_cast<size_t>(dim)];
+  Value positions = g.iota(index_type, dim);
+  const bool floating = is_floating(t.dtype);
+  const Type scalar{t.dtype, {}}, index_scalar{DType::kI64, {}};
+  const std::string combiner = g.region({scalar, index_scalar, scalar, index_scalar}, [&](const std::vector<Value>& a) {
+    Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+    Value beats = g.compare(bv, av, is_max ? Comparison::kGT : Comparison::kLT);
+    Value same = g.compare(bv, av, Comparison::kEQ);
+    if (floating) {
+      Value a_nan = g.compare(av, av, Comparison::kNE), b_nan = g.compare(bv, bv, Comparison::kNE);
+      beats = g.binary("or", beats, g.binary("and", b_nan, g.unary("not", a_nan)));
+      same = g.binary("or", same, g.binary("and", a_nan, b_nan));
+    }
+    Value b_wins = g.binary("or", beats, g.binary("and", same, g.compare(bi, ai, Comparison::kGT)));
+    return std::vector<Value>{g.select(b_wins, bv, av), g.select(b_wins, bi, ai)};
+  });
+  std::vector<int64_t> window(t.dims.size(), 1), strides(t.dims.size(), 1);
+  window[static_cast<size_t>(dim)] = n;
+  std::string padding = "dense<[";
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
+  }
+  padding += "]> : tensor<" + std::to_string(t.rank()) + "x2xi64>";
+  const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
+                                 ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
+  // The padding pairs never win: the lowest value (highest for min) at index -1.
+  std::vector<Value> scan = g.op_multi("stablehlo.reduce_window", {x, positions, extreme(g, t.dtype, is_max), g.constant_int(-1, DType::kI64)},
+                                       {t, index_type}, attributes, combiner);
+  return {scan[0], scan[1]};
+}
+std::vector<Value> lower_cummax_helper(LoweringContext& ctx) { return cumulative_extremum(ctx, true); }
+std::vector<Value> lower_cummin_helper(LoweringContext& ctx) { return cumulative_extremum(ctx, false); }
+
+// ---- aminmax, count_nonzero, trace ----------------------------------------------------------------
+
+// aminmax(self, *, dim?, keepdim) -> (min, max)
+std::vector<Value> lower_aminmax(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const std::vector<int64_t> dims = dims_arg(ctx, 1);
+  return {g.reshape(extremum(ctx, dims, false), out(ctx, 0).dims), g.reshape(extremum(ctx, dims, true), out(ctx, 1).dims)};
+}
+
+// count_nonzero.dim_IntList(self, dim[]): an empty list counts over every dim.
+std::vector<Value> lower_count_nonzero(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type t = g.type(x);
+  Value nonzero = t.dtype == DType::kBool ? x : g.compare(x, g.constant_int(0, t.dtype, t.dims), Comparison::kNE);
+  Value counts = g.reduce(g.convert(nonzero, DType::kI64), g.constant_int(0, DType::kI64), dims_arg(ctx, 1), Reducer::kAdd);
+  return {g.reshape(counts, out(ctx).dims)};
+}
+
+// trace(self): the sum of the main diagonal of a matrix, accumulated like sum (integers give int64).
+std::vector<Value> lower_trace(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  const Type t = g.type(x);
+  Value diagonal = g.compare(g.iota(Type{DType::kI64, t.dims}, 0), g.iota(Type{DType::kI64, t.dims}, 1), Comparison::kEQ);
+  Value kept = g.select(diagonal, x, g.constant_int(0, accumulate, t.dims));
+  return {finish(ctx, g.reduce(kept, g.constant_int(0, accumulate), {0, 1}, Reducer::kAdd), 0)};
+}
+
 }  // namespace
 
 void add_reduction_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_cummax_helper", &lower_cummax_helper});
+  table.push_back({"aten::_cummin_helper", &lower_cummin_helper});
   table.push_back({"aten::all", &lower_all});
   table.push_back({"aten::all.dim", &lower_all_dims});
   table.push_back({"aten::all.dims", &lower_all_dims});
   table.push_back({"aten::amax", &lower_amax});
   table.push_back({"aten::amin", &lower_amin});
+  table.push_back({"aten::aminmax", &lower_aminmax});
   table.push_back({"aten::any", &lower_any});
   table.push_back({"aten::any.dim", &lower_any_dims});
   table.push_back({"aten::any.dims", &lower_any_dims});
   table.push_back({"aten::argmax", &lower_argmax});
   table.push_back({"aten::argmin", &lower_argmin});
+  table.push_back({"aten::count_nonzero.dim_IntList", &lower_count_nonzero});
   table.push_back({"aten::cumprod", &lower_cumprod});
   table.push_back({"aten::cumsum", &lower_cumsum});
   table.push_back({"aten::linalg_vector_norm", &lower_vector_norm});
@@ -426,6 +509,7 @@ void add_reduction_rules(std::vector<Rule>& table) {
   table.push_back({"aten::std_mean.correction", &lower_std_mean});
   table.push_back({"aten::sum", &lower_sum});
   table.push_back({"aten::sum.dim_IntList", &lower_sum_dims});
+  table.push_back({"aten::trace", &lower_trace});
   table.push_back({"aten::var.correction", &lower_var});
   table.push_back({"aten::var_mean.correction", &lower_var_mean});
 }
