@@ -264,3 +264,42 @@ def test_aminmax_count_nonzero_trace(dtype):
 def test_trace_rejects_non_matrix_like_cpu():
     with pytest.raises(RuntimeError, match="expected a matrix"):
         torch.trace(torch.ones(2, 2, 2, device="tpu"))
+
+
+SEGMENT_REDUCTIONS = ["sum", "mean", "max", "min", "prod"]
+
+
+@pytest.mark.parametrize("reduce", SEGMENT_REDUCTIONS)
+@pytest.mark.parametrize("initial", [None, 2.0])
+def test_segment_reduce(reduce, initial):
+    # An empty segment gives the initial value or the reduction's identity (mean: NaN).
+    data = torch.tensor([[1.0, 2], [3, 4], [5, 0], [-1, 2], [3, 3], [0, 6], [2, 2]])
+    lengths = torch.tensor([2, 0, 3, 2])
+    offsets = torch.tensor([0, 2, 2, 5, 7])
+    check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, initial=initial), data, lengths, equal_nan=True)
+    check(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, initial=initial), data, offsets, equal_nan=True)
+    # Along axis 1, with lengths per row.
+    rows = torch.tensor([[1.0, 2, 3, 4], [4, 5, 6, 0]])
+    check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, axis=1, initial=initial), rows,
+          torch.tensor([[1, 3], [2, 2]]), equal_nan=True)
+
+
+@pytest.mark.parametrize("reduce", SEGMENT_REDUCTIONS)
+def test_segment_reduce_grad(reduce):
+    # Ties share a max/min gradient; a zero gets the product of the other elements.
+    data = torch.tensor([3.0, 1, 3, 0, 2, 5, -1, 5, 0.5])
+    lengths = torch.tensor([3, 3, 3])
+    check_grad(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device)), data)
+    check_grad(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), initial=1.5), data)
+
+
+def test_segment_reduce_bf16():
+    data = torch.randn(6, 3).to(torch.bfloat16)
+    lengths = torch.tensor([1, 3, 2])
+    for reduce in SEGMENT_REDUCTIONS:
+        check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l), data, lengths, rtol=2e-2, atol=2e-2)
+
+
+def test_segment_reduce_bad_lengths_raise_like_cpu():
+    with pytest.raises(RuntimeError):
+        torch.segment_reduce(torch.ones(4, 2, device="tpu"), "sum", lengths=torch.tensor([1, 2], device="tpu"), axis=1)

@@ -1,11 +1,14 @@
 // Reductions over dims: sum, nansum, mean, prod, any/all, var/std (and their _mean twins), logsumexp,
-// vector norms, max/min (values and indices), amax/amin, argmax/argmin, and the cumulative cumsum/cumprod.
+// vector norms (and renorm), max/min (values and indices), amax/amin/aminmax, argmax/argmin,
+// count_nonzero, trace, segment_reduce, and the cumulative cumsum/cumprod/cummax/cummin.
 //
 // 16-bit floats accumulate in float32, as PyTorch does; results are reshaped to the inferred output
 // shape, which carries keepdim.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "lowering/helpers.h"
 
@@ -470,9 +473,205 @@ std::vector<Value> lower_trace(LoweringContext& ctx) {
   return {finish(ctx, g.reduce(kept, g.constant_int(0, accumulate), {0, 1}, Reducer::kAdd), 0)};
 }
 
+// ---- segment_reduce -------------------------------------------------------------------------------
+//
+// Segments are consecutive runs along `axis` of data [lead..., D, trail...], given by lengths or offsets
+// [lead..., S (+1 for offsets)]. Each segment's elements are picked with a mask [lead..., S, D], so the
+// work grows with S * D; segment counts in eager code are small.
+
+struct Segments {
+  int64_t axis;
+  int64_t count;        // S
+  Value member;         // bool [lead..., S, D]: element j belongs to segment s
+  Value lengths;        // int64 [lead..., S]
+  std::vector<int64_t> lead;
+};
+
+// Reads lengths (argument `lengths_arg`) or offsets (`offsets_arg`) against data of type `data`.
+Segments segments(LoweringContext& ctx, const Type& data, size_t lengths_arg, size_t offsets_arg, int64_t axis) {
+  Graph& g = ctx.graph;
+  axis = wrap_dim(axis, data.rank());
+  const int64_t d = data.dims[static_cast<size_t>(axis)];
+  const std::vector<int64_t> lead(data.dims.begin(), data.dims.begin() + axis);
+  const int64_t lead_rank = axis;
+  Value starts, ends, lengths;
+  if (!ctx.is_none(lengths_arg)) {
+    lengths = g.convert(ctx.tensor(lengths_arg), DType::kI64);
+    const int64_t s = g.type(lengths).dims.back();
+    // starts[s] = sum of lengths[t] over t < s, as a masked sum over a [.., S, S] square.
+    std::vector<int64_t> square = lead;
+    square.push_back(s);
+    square.push_back(s);
+    Value earlier = g.compare(g.iota(Type{DType::kI64, square}, lead_rank + 1), g.iota(Type{DType::kI64, square}, lead_rank),
+                              Comparison::kLT);
+    std::vector<int64_t> as_t = dim_range(0, lead_rank);
+    as_t.push_back(lead_rank + 1);
+    Value spread = g.broadcast_in_dim(lengths, square, as_t);
+    starts = g.reduce(g.select(earlier, spread, g.constant_int(0, DType::kI64, square)), g.constant_int(0, DType::kI64),
+                      {lead_rank + 1}, Reducer::kAdd);
+    ends = g.binary("add", starts, lengths);
+  } else {
+    Value offsets = g.convert(ctx.tensor(offsets_arg), DType::kI64);
+    const Type t = g.type(offsets);
+    const int64_t s = t.dims.back() - 1;
+    std::vector<int64_t> start(t.dims.size(), 0), limit = t.dims, unit(t.dims.size(), 1);
+    limit.back() = s;
+    starts = g.slice(offsets, start, limit, unit);
+    start.back() = 1;
+    limit.back() = s + 1;
+    ends = g.slice(offsets, start, limit, unit);
+    lengths = g.binary("subtract", ends, starts);
+  }
+  const int64_t count = g.type(lengths).dims.back();
+  std::vector<int64_t> grid = lead;
+  grid.push_back(count);
+  grid.push_back(d);
+  Value position = g.iota(Type{DType::kI64, grid}, lead_rank + 1);
+  const std::vector<int64_t> as_segment = dim_range(0, lead_rank + 1);
+  Value member = g.binary("and", g.compare(position, g.broadcast_in_dim(starts, grid, as_segment), Comparison::kGE),
+                          g.compare(position, g.broadcast_in_dim(ends, grid, as_segment), Comparison::kLT));
+  return {axis, count, member, lengths, lead};
+}
+
+// data [lead..., D, trail...] broadcast to [lead..., S, D, trail...].
+std::vector<int64_t> segment_grid(const Type& data, const Segments& seg) {
+  std::vector<int64_t> dims = data.dims;
+  dims.insert(dims.begin() + seg.axis, seg.count);
+  return dims;
+}
+
+Value spread_data(Graph& g, Value x, const Segments& seg) {
+  const Type t = g.type(x);
+  std::vector<int64_t> positions;
+  for (int64_t d = 0; d < t.rank(); ++d) positions.push_back(d < seg.axis ? d : d + 1);
+  return g.broadcast_in_dim(x, segment_grid(t, seg), positions);
+}
+
+// A per-segment value [lead..., S] broadcast to the result's [lead..., S, trail...].
+Value per_segment(Graph& g, Value v, const std::vector<int64_t>& dims) {
+  return g.broadcast_in_dim(v, dims, dim_range(0, g.type(v).rank()));
+}
+
+// segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis, unsafe, initial?): sum, mean, max,
+// min or prod of each segment, starting from `initial` when given. An empty segment gives the initial
+// value, or the reduction's identity (mean: NaN).
+std::vector<Value> lower_segment_reduce(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  const Type data = g.type(x);
+  Segments seg = segments(ctx, data, 2, 4, ctx.integer(5));
+  const std::string& reduce = ctx.text(1);
+  const bool has_initial = !ctx.is_none(7);
+  const std::vector<int64_t> grid = segment_grid(data, seg);
+  Value member = g.broadcast_in_dim(seg.member, grid, dim_range(0, seg.axis + 2));
+  Value spread = spread_data(g, x, seg);
+  struct Reduction {
+    Reducer reducer;
+    double identity;
+    const char* combine;  // the elementwise op that joins the initial value
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  Reduction r_op{Reducer::kAdd, 0, "add"};  // sum and mean
+  if (reduce == "max") r_op = {Reducer::kMax, -inf, "maximum"};
+  else if (reduce == "min") r_op = {Reducer::kMin, inf, "minimum"};
+  else if (reduce == "prod") r_op = {Reducer::kMul, 1, "multiply"};
+  else if (reduce != "sum" && reduce != "mean") throw std::invalid_argument("segment_reduce: unknown reduction " + reduce);
+  // The reduction starts from its identity (reduce may apply its init value more than once); the initial
+  // value joins afterwards.
+  Value start = g.constant(r_op.identity, accumulate);
+  Value r = g.reduce(g.select(member, spread, g.broadcast_in_dim(start, grid, {})), start, {seg.axis + 1}, r_op.reducer);
+  const std::vector<int64_t> result_dims = g.type(r).dims;
+  if (has_initial) r = g.binary(r_op.combine, r, scalar_constant(ctx, 7, accumulate, result_dims));
+  if (reduce == "mean") {
+    Value length = per_segment(g, g.convert(seg.lengths, accumulate), result_dims);
+    Value empty = g.compare(length, g.constant(0.0, accumulate, result_dims), Comparison::kEQ);
+    Value fallback = has_initial ? scalar_constant(ctx, 7, accumulate, result_dims)
+                                 : g.constant(std::numeric_limits<double>::quiet_NaN(), accumulate, result_dims);
+    r = g.select(empty, fallback, g.binary("divide", r, length));
+  }
+  return {finish(ctx, r, 0)};
+}
+
+// _segment_reduce_backward(grad, output, data, reduce, *, lengths?, offsets?, axis, initial?): the
+// gradient of each element from its segment's: sum passes it on, mean divides by the length, max/min
+// share it equally among the elements equal to the result (NaN ones when it is NaN), and prod
+// multiplies by the product of the other elements (output / x where x is not 0).
+std::vector<Value> lower_segment_reduce_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(2), accumulate);
+  const Type data = g.type(x);
+  Segments seg = segments(ctx, data, 4, 5, ctx.integer(6));
+  const std::string& reduce = ctx.text(3);
+  const std::vector<int64_t> grid = segment_grid(data, seg);
+  Value member = g.broadcast_in_dim(seg.member, grid, dim_range(0, seg.axis + 2));
+  Value zeros = g.constant(0.0, accumulate, grid);
+  Value grad = g.convert(ctx.tensor(0), accumulate);
+  Value output = g.convert(ctx.tensor(1), accumulate);
+  const std::vector<int64_t> result_dims = g.type(grad).dims;
+  // A per-segment value [lead..., S, trail...] on the grid, and its sum over segments at each element.
+  auto on_grid = [&](Value v) {
+    std::vector<int64_t> positions;
+    for (int64_t d = 0; d < g.type(v).rank(); ++d) positions.push_back(d <= seg.axis ? d : d + 1);
+    return g.broadcast_in_dim(v, grid, positions);
+  };
+  auto to_elements = [&](Value v) { return g.reduce(g.select(member, v, zeros), g.constant(0.0, accumulate), {seg.axis}, Reducer::kAdd); };
+  Value share = grad;
+  if (reduce == "mean") {
+    share = g.binary("divide", grad, per_segment(g, g.convert(seg.lengths, accumulate), result_dims));
+  }
+  Value result;
+  if (reduce == "sum" || reduce == "mean") {
+    result = to_elements(on_grid(share));
+  } else if (reduce == "max" || reduce == "min") {
+    Value spread = spread_data(g, x, seg);
+    Value target = on_grid(output);
+    Value hit = g.binary("or", g.compare(spread, target, Comparison::kEQ),
+                         g.binary("and", g.compare(spread, spread, Comparison::kNE), g.compare(target, target, Comparison::kNE)));
+    hit = g.binary("and", hit, member);
+    Value ties = g.reduce(g.convert(hit, accumulate), g.constant(0.0, accumulate), {seg.axis + 1}, Reducer::kAdd);
+    Value each = on_grid(g.binary("divide", grad, ties));
+    result = g.reduce(g.select(hit, each, zeros), g.constant(0.0, accumulate), {seg.axis}, Reducer::kAdd);
+  } else if (reduce == "prod") {
+    // The product of the other elements of the segment, for elements that are 0; output / x elsewhere.
+    const int64_t d = data.dims[static_cast<size_t>(seg.axis)];
+    std::vector<int64_t> square = grid;  // [lead..., S, D, trail...] -> [lead..., D (self), D (other), trail...]
+    square[static_cast<size_t>(seg.axis)] = d;
+    std::vector<int64_t> other_dims;
+    for (int64_t p = 0; p < data.rank(); ++p) other_dims.push_back(p < seg.axis ? p : p + 1);
+    // Elements j and k share a segment when some segment holds both.
+    const int64_t lead_rank = seg.axis;
+    std::vector<int64_t> pair_grid = seg.lead;
+    pair_grid.push_back(seg.count);
+    pair_grid.push_back(d);
+    pair_grid.push_back(d);
+    std::vector<int64_t> first = dim_range(0, lead_rank + 2), second = dim_range(0, lead_rank + 1);
+    second.push_back(lead_rank + 2);
+    Value both = g.binary("and", g.broadcast_in_dim(seg.member, pair_grid, first), g.broadcast_in_dim(seg.member, pair_grid, second));
+    Value together = g.reduce(both, g.constant_int(0, DType::kBool), {lead_rank}, Reducer::kOr);  // [lead..., D, D]
+    Value distinct = g.compare(g.iota(Type{DType::kI64, g.type(together).dims}, lead_rank),
+                               g.iota(Type{DType::kI64, g.type(together).dims}, lead_rank + 1), Comparison::kNE);
+    Value others = g.broadcast_in_dim(g.binary("and", together, distinct), square, dim_range(0, lead_rank + 2));
+    Value other_x = g.broadcast_in_dim(x, square, other_dims);
+    Value exclusive = g.reduce(g.select(others, other_x, g.constant(1.0, accumulate, square)), g.constant(1.0, accumulate),
+                               {seg.axis + 1}, Reducer::kMul);
+    if (!ctx.is_none(7)) exclusive = g.binary("multiply", exclusive, scalar_constant(ctx, 7, accumulate, data.dims));
+    Value element_grad = to_elements(on_grid(grad));
+    Value element_output = to_elements(on_grid(output));
+    Value is_zero = g.compare(x, g.constant(0.0, accumulate, data.dims), Comparison::kEQ);
+    Value by_division = g.binary("divide", g.binary("multiply", element_grad, element_output), x);
+    result = g.select(is_zero, g.binary("multiply", element_grad, exclusive), by_division);
+  } else {
+    throw std::invalid_argument("_segment_reduce_backward: unknown reduction " + reduce);
+  }
+  return {finish(ctx, result, 0)};
+}
+
 }  // namespace
 
 void add_reduction_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_segment_reduce_backward", &lower_segment_reduce_backward});
   table.push_back({"aten::_cummax_helper", &lower_cummax_helper});
   table.push_back({"aten::_cummin_helper", &lower_cummin_helper});
   table.push_back({"aten::all", &lower_all});
@@ -505,6 +704,7 @@ void add_reduction_rules(std::vector<Rule>& table) {
   table.push_back({"aten::prod", &lower_prod});
   table.push_back({"aten::prod.dim_int", &lower_prod_dim});
   table.push_back({"aten::renorm", &lower_renorm});
+  table.push_back({"aten::segment_reduce", &lower_segment_reduce});
   table.push_back({"aten::std.correction", &lower_std});
   table.push_back({"aten::std_mean.correction", &lower_std_mean});
   table.push_back({"aten::sum", &lower_sum});
