@@ -122,6 +122,9 @@ def test_inplace_activations():
     check(lambda x: F.leaky_relu(x.clone(), 0.1, inplace=True), [randn(4, 4)])
     check(lambda x: F.hardtanh(x.clone(), inplace=True), [randn(4, 4) * 2])
     check(lambda x: F.silu(x.clone(), inplace=True), [randn(4, 4)])
+    check(lambda x: F.hardswish(x.clone(), inplace=True), [randn(4, 4) * 3])
+    check(lambda x: F.threshold(x.clone(), 0.1, 5.0, inplace=True), [randn(4, 4)])
+    check(lambda x: F.rrelu(x.clone(), inplace=True), [randn(4, 4)])  # rrelu_with_noise_, evaluation
     # elu_(inplace) differentiates through the result (elu_backward with is_result=True).
     check(lambda x: F.elu(x * 1, inplace=True), [randn(4, 4)], (0,))
 
@@ -143,6 +146,10 @@ def test_rrelu_training_draws_slopes_in_range():
     assert slopes.min() >= 0.1 and slopes.max() < 0.3 and abs(slopes.mean() - 0.2) < 0.01
     assert_close(y_cpu[~negative], x_cpu[~negative])
     assert_close(grad[negative], slopes)  # the backward reuses the drawn noise
+    in_place = x.detach().clone()
+    F.rrelu(in_place, 0.1, 0.3, training=True, inplace=True)
+    slopes = in_place.cpu()[negative] / x_cpu[negative]
+    assert slopes.min() >= 0.1 and slopes.max() < 0.3
     assert not fallback_ops()
 
 

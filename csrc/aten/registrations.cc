@@ -584,6 +584,7 @@ const std::vector<const char*>& lowered_ops() {
       "round_",
       "round_.decimals",
       "rrelu_with_noise",
+      "rrelu_with_noise_",
       "rsqrt",
       "rsqrt.out",
       "rsqrt_",

@@ -493,6 +493,9 @@ void add_nn_activation_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_prelu_kernel", &lower_prelu_kernel});
   table.push_back({"aten::_prelu_kernel_backward", &lower_prelu_kernel_backward});
   table.push_back({"aten::rrelu_with_noise", &lower_rrelu_with_noise, /*uses_rng=*/true});
+  // The in-place overload writes (self, noise), the same values in the same order as the functional
+  // one's (result, noise); it needs its own entry because the functional overload is itself mutating.
+  table.push_back({"aten::rrelu_with_noise_", &lower_rrelu_with_noise, /*uses_rng=*/true});
   table.push_back({"aten::softshrink", &lower_softshrink});
   table.push_back({"aten::softshrink_backward", &lower_shrink_backward});
   table.push_back({"aten::threshold", &lower_threshold});
