@@ -1,5 +1,6 @@
 // Losses, embedding backward, and the helpers shared by the nn rule files (nn_activation.cc,
 // nn_norm.cc, nn_conv.cc, nn_pool.cc), whose rules add_nn_rules collects.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -177,7 +178,8 @@ std::vector<Value> lower_nll_loss_backward(LoweringContext& ctx) {
 // ---- pointwise losses -------------------------------------------------------------------------------
 //
 // Each computes its per-element loss in the accumulation type; reduce_loss then applies the reduction.
-// Their backward ops return grad * d(loss)/d(self), with the mean's 1/numel folded into `norm`.
+// Their backward ops return grad * d(loss)/d(self), with the mean's 1/numel folded into the upstream
+// gradient (loss_grad).
 
 // The reduction (none, mean or sum) of a per-element loss, rounded to the output type.
 Value reduce_loss(LoweringContext& ctx, Value loss, int64_t reduction) {
@@ -238,6 +240,7 @@ Value loss_difference(LoweringContext& ctx, size_t self_arg, const std::vector<i
   return ctx.graph.binary("subtract", loss_operand(ctx, self_arg, dims), loss_operand(ctx, self_arg + 1, dims));
 }
 
+// The broadcast shape of arguments a and b (the loss functions accept a target that broadcasts).
 std::vector<int64_t> broadcast_dims(LoweringContext& ctx, size_t a, size_t b) {
   std::vector<int64_t> dims = ctx.type_of(a).dims;
   const std::vector<int64_t>& other = ctx.type_of(b).dims;
@@ -361,13 +364,7 @@ std::vector<Value> lower_multi_margin_loss(LoweringContext& ctx) {
   Value z = terms.hinge;
   if (ctx.integer(2) == 2) z = g.binary("multiply", z, z);
   Value per_sample = sum_over(g, g.select(terms.active, z, like(g, z, 0)), {1});
-  per_sample = g.binary("multiply", per_sample, terms.scale);
-  const int64_t reduction = ctx.integer(5);
-  if (reduction != kReductionNone) {
-    per_sample = sum_over(g, per_sample, {0});
-    if (reduction == kReductionMean) per_sample = g.binary("divide", per_sample, like(g, per_sample, static_cast<double>(r.n)));
-  }
-  return {g.reshape(g.convert(per_sample, out(ctx).dtype), out(ctx).dims)};
+  return {reduce_loss(ctx, g.binary("multiply", per_sample, terms.scale), ctx.integer(5))};
 }
 
 // multi_margin_loss_backward(grad_output, self, target, p, margin, weight?, reduction)
@@ -425,12 +422,7 @@ std::vector<Value> lower_multilabel_margin_loss_forward(LoweringContext& ctx) {
   MultilabelTerms terms = multilabel_terms(g, r, accumulate);
   Value per_sample = sum_over(g, g.select(terms.active, terms.hinge, like(g, terms.hinge, 0)), {1, 2});
   per_sample = g.binary("divide", per_sample, like(g, per_sample, static_cast<double>(r.c)));
-  const int64_t reduction = ctx.integer(2);
-  if (reduction != kReductionNone) {
-    per_sample = sum_over(g, per_sample, {0});
-    if (reduction == kReductionMean) per_sample = g.binary("divide", per_sample, like(g, per_sample, static_cast<double>(r.n)));
-  }
-  return {g.reshape(g.convert(per_sample, out(ctx, 0).dtype), out(ctx, 0).dims),
+  return {reduce_loss(ctx, per_sample, ctx.integer(2)),
           g.reshape(g.convert(terms.is_target, out(ctx, 1).dtype), out(ctx, 1).dims)};
 }
 
