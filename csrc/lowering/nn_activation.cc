@@ -1,5 +1,6 @@
-// Softmax, log-softmax and the activation functions of torch.nn (gelu, silu, hardtanh, leaky_relu, elu),
-// with their backward ops.
+// Softmax, log-softmax and the activation functions of torch.nn (gelu, silu, hardtanh, leaky_relu, elu,
+// hardswish, hardsigmoid, mish, threshold, hard/softshrink, glu, prelu, rrelu, logit), with their
+// backward ops.
 //
 // Everything computes in the output's "opmath" type (float32 for 16-bit floats) and rounds once, as
 // PyTorch's CPU kernels do; softmax reductions therefore accumulate in float32 for bf16/f16.
