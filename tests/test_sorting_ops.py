@@ -90,6 +90,12 @@ def test_mode(dtype):
     check(lambda t: tuple(torch.mode(t, 0)), torch.tensor(7.0))
 
 
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int32], ids=str)
+def test_median_of_empty(dtype):
+    check(torch.median, torch.empty(0, dtype=dtype))
+    check(torch.nanmedian, torch.empty(2, 0, dtype=dtype))
+
+
 def test_median_bad_dim_raises_like_cpu():
     with pytest.raises(IndexError):
         torch.median(torch.ones(2, 3, device="tpu"), 2)

@@ -178,6 +178,15 @@ std::pair<Value, Value> median_of(LoweringContext& ctx, const Slices& in, bool s
   Graph& g = ctx.graph;
   const Type t = g.type(in.x);
   const int64_t n = t.dims[static_cast<size_t>(in.dim)];
+  if (n == 0) {
+    // Only the full median reaches here (median.dim rejects an empty dim): CPU gives NaN, and for
+    // integers that NaN converted as x86 does (the lowest int64/int32; narrower types keep its low bits, 0).
+    Value value = g.constant_int(0, t.dtype);
+    if (is_floating(t.dtype)) value = g.constant(std::numeric_limits<double>::quiet_NaN(), t.dtype);
+    if (t.dtype == DType::kI64) value = g.constant_int(std::numeric_limits<int64_t>::min(), t.dtype);
+    if (t.dtype == DType::kI32) value = g.constant_int(std::numeric_limits<int32_t>::min(), t.dtype);
+    return {value, g.constant_int(0, DType::kI64)};
+  }
   Sorted sorted = sort_along(g, in.x, in.dim, false);
   if (!is_floating(t.dtype)) return pick(g, sorted, in.dim, (n - 1) / 2);
   Value is_nan = g.compare(in.x, in.x, ir::Comparison::kNE);
