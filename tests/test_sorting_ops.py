@@ -90,6 +90,23 @@ def test_mode(dtype):
     check(lambda t: tuple(torch.mode(t, 0)), torch.tensor(7.0))
 
 
+def test_mode_signed_zero_and_bool():
+    # -0.0 == 0.0: the value is the one stored at the returned (last) position.
+    check(lambda t: tuple(torch.mode(t, 1)), torch.tensor([[1.0, -0.0, 0.0], [-0.0, 0.0, -0.0], [2, 2, -0.0]]))
+    check(lambda t: tuple(torch.mode(t, 1)), torch.tensor([[True, False, True], [False, False, True]]))
+
+
+@pytest.mark.parametrize("fn", [lambda t: torch.kthvalue(t, 1), torch.median, lambda t: torch.nanmedian(t, 0),
+                                lambda t: torch.bucketize(t, t), lambda t: torch.searchsorted(t, t)],
+                         ids=["kthvalue", "median", "nanmedian", "bucketize", "searchsorted"])
+def test_bool_input_raises_like_cpu(fn):
+    x = torch.tensor([True, False, True])
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
+        fn(x.to("tpu"))
+
+
 @pytest.mark.parametrize("dtype", DTYPES + [torch.int32], ids=str)
 def test_median_of_empty(dtype):
     check(torch.median, torch.empty(0, dtype=dtype))

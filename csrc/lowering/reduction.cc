@@ -465,6 +465,7 @@ std::vector<Value> lower_count_nonzero(LoweringContext& ctx) {
 // trace(self): the sum of the main diagonal of a matrix, accumulated like sum (integers give int64).
 std::vector<Value> lower_trace(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  if (ctx.type_of(0).dtype == DType::kBool) throw std::invalid_argument("trace is not implemented for 'Bool' (as on CPU)");
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
   Value x = g.convert(ctx.tensor(0), accumulate);
   const Type t = g.type(x);

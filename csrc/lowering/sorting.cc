@@ -6,6 +6,8 @@
 // -0.0 and 0.0 compare equal and keep their input order.
 #include <limits>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "lowering/helpers.h"
@@ -163,9 +165,18 @@ Slices slices(LoweringContext& ctx, std::optional<int64_t> dim_arg) {
   return {x, wrap_dim(ctx.integer(*dim_arg), t.rank())};
 }
 
+// CPU implements the order statistics for numbers only; bool input raises there, so it must here too
+// rather than give an answer.
+void reject_bool(const LoweringContext& ctx, size_t i, const char* op) {
+  if (ctx.args[i].kind == Arg::Kind::kTensor && ctx.type_of(i).dtype == DType::kBool) {
+    throw std::invalid_argument(std::string(op) + " is not implemented for 'Bool' (as on CPU)");
+  }
+}
+
 // kthvalue(self, k, dim, keepdim) -> (values, indices)
 std::vector<Value> lower_kthvalue(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  reject_bool(ctx, 0, "kthvalue");
   Slices in = slices(ctx, 2);
   auto [values, indices] = pick(g, sort_along(g, in.x, in.dim, false), in.dim, ctx.integer(1) - 1);
   return {g.reshape(values, out(ctx, 0).dims), g.reshape(indices, out(ctx, 1).dims)};
@@ -176,6 +187,7 @@ std::vector<Value> lower_kthvalue(LoweringContext& ctx) {
 // element.
 std::pair<Value, Value> median_of(LoweringContext& ctx, const Slices& in, bool skip_nan) {
   Graph& g = ctx.graph;
+  reject_bool(ctx, 0, skip_nan ? "nanmedian" : "median");
   const Type t = g.type(in.x);
   const int64_t n = t.dims[static_cast<size_t>(in.dim)];
   if (n == 0) {
@@ -254,6 +266,8 @@ std::vector<Value> lower_mode(LoweringContext& ctx) {
   Value holds = g.binary("and", is_best, g.compare(in.x, g.broadcast_in_dim(value, t.dims, kept), ir::Comparison::kEQ));
   Value last = g.reduce(g.select(holds, positions, g.constant_int(-1, DType::kI64, t.dims)), g.constant_int(-1, DType::kI64), {in.dim},
                         ir::Reducer::kMax);
+  // The value is read at that position, so of -0.0 and 0.0 the one stored there is returned, as on CPU.
+  value = select_one(g, g.compare(positions, g.broadcast_in_dim(last, t.dims, kept), ir::Comparison::kEQ), in.x, in.dim);
   return {g.reshape(value, out(ctx, 0).dims), g.reshape(last, out(ctx, 1).dims)};
 }
 
@@ -288,6 +302,11 @@ Value insertion_points(Graph& g, Value sorted, Value x, bool right, DType result
   return g.reduce(before, g.constant_int(0, result), {last}, ir::Reducer::kAdd);
 }
 
+// bucketize/searchsorted compare in the promoted type, which CPU cannot search when it is bool.
+void reject_bool_search(const LoweringContext& ctx, const char* op) {
+  if (ctx.common_dtype == DType::kBool) throw std::invalid_argument(std::string(op) + " is not implemented for 'Bool' (as on CPU)");
+}
+
 // A tensor argument or, for the Scalar overloads, a scalar argument, as a value of `dtype`.
 Value tensor_or_scalar(LoweringContext& ctx, size_t i, DType dtype) {
   if (ctx.args[i].kind == Arg::Kind::kTensor) return ctx.graph.convert(ctx.tensor(i), dtype);
@@ -297,6 +316,7 @@ Value tensor_or_scalar(LoweringContext& ctx, size_t i, DType dtype) {
 // bucketize.Tensor(self, boundaries, *, out_int32, right) and bucketize.Scalar
 std::vector<Value> lower_bucketize(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  reject_bool_search(ctx, "bucketize");
   const DType compare = ctx.common_dtype;
   Value points = insertion_points(g, g.convert(ctx.tensor(1), compare), tensor_or_scalar(ctx, 0, compare), ctx.boolean(3),
                                   out(ctx).dtype);
@@ -307,6 +327,7 @@ std::vector<Value> lower_bucketize(LoweringContext& ctx) {
 // side "right" is right=True; a sorter first puts each row in sorted order.
 std::vector<Value> lower_searchsorted(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  reject_bool_search(ctx, "searchsorted");
   const DType compare = ctx.common_dtype;
   Value sorted = g.convert(ctx.tensor(0), compare);
   if (!ctx.is_none(5)) {
