@@ -153,6 +153,17 @@ def test_rrelu_training_draws_slopes_in_range():
     assert not fallback_ops()
 
 
+@pytest.mark.parametrize("fn", [F.hardswish, F.hardsigmoid, F.hardshrink, lambda t: F.huber_loss(t, t)],
+                         ids=["hardswish", "hardsigmoid", "hardshrink", "huber_loss"])
+def test_integer_input_raises_like_cpu(fn):
+    # The meta kernels accept integers; CPU's kernels (and so the rules) do not.
+    x = torch.tensor([-2, 0, 3])
+    with pytest.raises(RuntimeError, match="not implemented for"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="not implemented for"):
+        fn(x.to("tpu"))
+
+
 def test_glu_odd_dim_raises_like_cpu():
     with pytest.raises(RuntimeError, match="even"):
         F.glu(torch.randn(3, 5).to("tpu"))

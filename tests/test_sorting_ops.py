@@ -164,6 +164,11 @@ def test_histc(dtype):
     check(lambda t: torch.histc(t, 3), torch.tensor([1.0, 1.0]).to(dtype))  # empty range widened by 1
 
 
+def test_histc_integer_input_raises_like_cpu():
+    with pytest.raises(RuntimeError, match="not implemented for"):
+        torch.histc(torch.tensor([1, 2]).to("tpu"), 3)
+
+
 def test_histc_bad_bins_raises_like_cpu():
     with pytest.raises(RuntimeError):
         torch.histc(torch.ones(3, device="tpu"), -1)

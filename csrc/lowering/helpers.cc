@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace torchtpu::lowering {
 
@@ -68,6 +69,12 @@ Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_
 
 DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) ? DType::kF32 : dtype;
+}
+
+void require_floating(const LoweringContext& ctx, size_t i, const char* op) {
+  if (!is_floating(ctx.type_of(i).dtype)) {
+    throw std::invalid_argument(std::string(op) + " is not implemented for integer or bool inputs (as on CPU)");
+  }
 }
 
 // The mantissa bits of each draw under the exponent of 1.0 give a float in [1, 2); subtracting 1 maps it to [0, 1).

@@ -28,6 +28,10 @@ DType accumulation_dtype(DType dtype);
 // resampling this way.
 Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype);
 
+// Throws, as CPU does, where argument i is an integer or bool tensor and `op` has floating kernels only
+// (the meta kernels accept any dtype, so the rule must refuse rather than compute).
+void require_floating(const LoweringContext& ctx, size_t i, const char* op);
+
 // Uniform floats in [0, 1) of `dtype` (float32 or float64) from rng_bit_generator over the functional
 // RNG state (LoweringContext::rng_state of a rule marked uses_rng).
 Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype);

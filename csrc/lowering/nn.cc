@@ -255,6 +255,7 @@ std::vector<int64_t> broadcast_dims(LoweringContext& ctx, size_t a, size_t b) {
 // smooth_l1_loss(self, target, reduction, beta): |d| < beta ? d^2 / (2 beta) : |d| - beta / 2.
 std::vector<Value> lower_smooth_l1_loss(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  require_floating(ctx, 0, "smooth_l1_loss");
   const double beta = ctx.real(3);
   Value z = g.unary("abs", loss_difference(ctx, 0, broadcast_dims(ctx, 0, 1)));
   Value quadratic = g.binary("divide", g.binary("multiply", g.binary("multiply", z, z), like(g, z, 0.5)), like(g, z, beta));
@@ -265,6 +266,7 @@ std::vector<Value> lower_smooth_l1_loss(LoweringContext& ctx) {
 // huber_loss(self, target, reduction, delta): |d| < delta ? d^2 / 2 : delta (|d| - delta / 2).
 std::vector<Value> lower_huber_loss(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  require_floating(ctx, 0, "huber_loss");
   const double delta = ctx.real(3);
   Value z = g.unary("abs", loss_difference(ctx, 0, broadcast_dims(ctx, 0, 1)));
   Value quadratic = g.binary("multiply", g.binary("multiply", z, z), like(g, z, 0.5));

@@ -264,6 +264,7 @@ Value hard_gate(LoweringContext& ctx, Value x) {
 }
 
 std::vector<Value> lower_hardswish(LoweringContext& ctx) {
+  require_floating(ctx, 0, "hardswish");
   Value x = operand(ctx, 0);
   return {finish(ctx, ctx.graph.binary("multiply", x, hard_gate(ctx, x)))};
 }
@@ -278,7 +279,10 @@ std::vector<Value> lower_hardswish_backward(LoweringContext& ctx) {
   return {finish(ctx, g.select(g.compare(x, scalar_like(ctx, -3), Comparison::kLT), scalar_like(ctx, 0), upper))};
 }
 
-std::vector<Value> lower_hardsigmoid(LoweringContext& ctx) { return {finish(ctx, hard_gate(ctx, operand(ctx, 0)))}; }
+std::vector<Value> lower_hardsigmoid(LoweringContext& ctx) {
+  require_floating(ctx, 0, "hardsigmoid");
+  return {finish(ctx, hard_gate(ctx, operand(ctx, 0)))};
+}
 
 // hardsigmoid_backward(grad_output, self): grad / 6 strictly inside (-3, 3), else 0.
 std::vector<Value> lower_hardsigmoid_backward(LoweringContext& ctx) {
@@ -333,6 +337,7 @@ Value in_dead_zone(LoweringContext& ctx, Value x, double lambd) {
 
 // hardshrink(self, lambd)
 std::vector<Value> lower_hardshrink(LoweringContext& ctx) {
+  require_floating(ctx, 0, "hardshrink");
   Value x = operand(ctx, 0);
   return {finish(ctx, ctx.graph.select(in_dead_zone(ctx, x, ctx.real(1)), scalar_like(ctx, 0), x))};
 }
@@ -398,6 +403,7 @@ std::vector<Value> lower_glu_backward(LoweringContext& ctx) {
 // _prelu_kernel(self, weight): weight already has a shape that broadcasts against self.
 std::vector<Value> lower_prelu_kernel(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  require_floating(ctx, 0, "prelu");
   Value x = operand(ctx, 0);
   Value positive = g.compare(x, scalar_like(ctx, 0), Comparison::kGT);
   return {finish(ctx, g.select(positive, x, g.binary("multiply", operand(ctx, 1), x)))};

@@ -558,6 +558,7 @@ Value per_segment(Graph& g, Value v, const std::vector<int64_t>& dims) {
 // value, or the reduction's identity (mean: NaN).
 std::vector<Value> lower_segment_reduce(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  require_floating(ctx, 0, "segment_reduce");
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
   Value x = g.convert(ctx.tensor(0), accumulate);
   const Type data = g.type(x);

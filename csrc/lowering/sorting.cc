@@ -365,6 +365,7 @@ std::vector<Value> lower_isin(LoweringContext& ctx) {
 // computed in the input's type as CPU's histc does (no search among the bin edges).
 std::vector<Value> lower_histc(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  require_floating(ctx, 0, "histc");
   const Type t = ctx.type_of(0);
   const int64_t bins = ctx.integer(1);
   const int64_t n = t.numel();
