@@ -100,21 +100,73 @@ ACTIVATIONS = {
     "elu": F.elu,
     "selu": F.selu,
     "celu": lambda x: F.celu(x, 0.7),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "mish": F.mish,
+    "threshold": lambda x: F.threshold(x, 0.5, -2.0),
+    "softshrink": lambda x: F.softshrink(x, 0.7),
+    "hardshrink": F.hardshrink,
+    "glu": F.glu,
+    "glu_dim0": lambda x: F.glu(x, 0),
+    "rrelu_eval": lambda x: F.rrelu(x, 0.1, 0.3),
 }
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_activation(name, dtype):
-    check(ACTIVATIONS[name], [randn(5, 8) * 3], (0,), dtype)
+    check(ACTIVATIONS[name], [randn(6, 8) * 3], (0,), dtype)
 
 
 def test_inplace_activations():
     check(lambda x: F.leaky_relu(x.clone(), 0.1, inplace=True), [randn(4, 4)])
     check(lambda x: F.hardtanh(x.clone(), inplace=True), [randn(4, 4) * 2])
     check(lambda x: F.silu(x.clone(), inplace=True), [randn(4, 4)])
+    check(lambda x: F.hardswish(x.clone(), inplace=True), [randn(4, 4) * 3])
+    check(lambda x: F.threshold(x.clone(), 0.1, 5.0, inplace=True), [randn(4, 4)])
+    check(lambda x: F.rrelu(x.clone(), inplace=True), [randn(4, 4)])  # rrelu_with_noise_, evaluation
     # elu_(inplace) differentiates through the result (elu_backward with is_result=True).
     check(lambda x: F.elu(x * 1, inplace=True), [randn(4, 4)], (0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("channels", [1, 3])
+def test_prelu(channels, dtype):
+    check(F.prelu, [randn(2, 3, 4) * 3, randn(channels)], (0, 1), dtype)
+
+
+def test_rrelu_training_draws_slopes_in_range():
+    x = (torch.randn(2000) * 3).to("tpu").requires_grad_()
+    torchtpu.reset_metrics()
+    y = F.rrelu(x, 0.1, 0.3, training=True)
+    y.sum().backward()
+    x_cpu, y_cpu, grad = x.detach().cpu(), y.detach().cpu(), x.grad.cpu()
+    negative = x_cpu <= 0
+    slopes = y_cpu[negative] / x_cpu[negative]
+    assert slopes.min() >= 0.1 and slopes.max() < 0.3 and abs(slopes.mean() - 0.2) < 0.01
+    assert_close(y_cpu[~negative], x_cpu[~negative])
+    assert_close(grad[negative], slopes)  # the backward reuses the drawn noise
+    in_place = x.detach().clone()
+    F.rrelu(in_place, 0.1, 0.3, training=True, inplace=True)
+    slopes = in_place.cpu()[negative] / x_cpu[negative]
+    assert slopes.min() >= 0.1 and slopes.max() < 0.3
+    assert not fallback_ops()
+
+
+@pytest.mark.parametrize("fn", [F.hardswish, F.hardsigmoid, F.hardshrink, lambda t: F.huber_loss(t, t)],
+                         ids=["hardswish", "hardsigmoid", "hardshrink", "huber_loss"])
+def test_integer_input_raises_like_cpu(fn):
+    # The meta kernels accept integers; CPU's kernels (and so the rules) do not.
+    x = torch.tensor([-2, 0, 3])
+    with pytest.raises(RuntimeError, match="not implemented for"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="not implemented for"):
+        fn(x.to("tpu"))
+
+
+def test_glu_odd_dim_raises_like_cpu():
+    with pytest.raises(RuntimeError, match="even"):
+        F.glu(torch.randn(3, 5).to("tpu"))
 
 
 # ---- normalization ------------------------------------------------------------------------------------
@@ -178,6 +230,88 @@ def test_embedding(padding_idx, scale_grad_by_freq):
 
 def test_embedding_bf16():
     check(lambda i, w: F.embedding(i, w), [torch.randint(0, 6, (5, 3)), randn(6, 4)], (1,), torch.bfloat16)
+
+
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_binary_cross_entropy(reduction, dtype):
+    probabilities = torch.rand(4, 5).clamp(0.05, 0.95)
+    target = torch.rand(4, 5)
+    check(lambda x, t: F.binary_cross_entropy(x, t, reduction=reduction), [probabilities, target], (0, 1), dtype)
+
+
+def test_binary_cross_entropy_weight_and_saturated_inputs():
+    # log(0) is clamped at -100 as on CPU, so inputs of exactly 0 and 1 give finite losses.
+    x = torch.tensor([[0.0, 1.0, 0.3], [0.5, 1.0, 0.0]])
+    t = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    check(lambda x, t, w: F.binary_cross_entropy(x, t, w, reduction="none"), [x, t, randn(3)])
+    check(lambda x, t, w: F.binary_cross_entropy(x, t, w), [torch.rand(3, 3), torch.rand(3, 3), randn(3)], (0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("name", ["smooth_l1", "smooth_l1_beta0", "huber"])
+def test_robust_regression_losses(name, reduction, dtype):
+    fn = {"smooth_l1": lambda x, t: F.smooth_l1_loss(x, t, reduction=reduction, beta=0.7),
+          "smooth_l1_beta0": lambda x, t: F.smooth_l1_loss(x, t, reduction=reduction, beta=0.0),
+          "huber": lambda x, t: F.huber_loss(x, t, reduction=reduction, delta=0.6)}[name]
+    check(fn, [randn(4, 6), randn(4, 6)], (0, 1), dtype)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("p", [1, 2])
+def test_multi_margin_loss(p, reduction):
+    target = torch.tensor([0, 3, 2, 3])
+    check(lambda x, w: F.multi_margin_loss(x, target.to(x.device), p=p, margin=0.8, weight=w, reduction=reduction),
+          [randn(4, 5), torch.rand(5)])
+    check(lambda x: F.multi_margin_loss(x, target[1:2].to(x.device), reduction=reduction), [randn(5)])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multilabel_margin_loss(reduction):
+    # Labels end at the first -1; a repeated label counts twice, as on CPU.
+    target = torch.tensor([[3, 0, -1, 1], [1, 1, 2, 0], [-1, 2, 1, 0]])
+    check(lambda x: F.multilabel_margin_loss(x, target.to(x.device), reduction=reduction), [randn(3, 4)])
+    if reduction != "none":  # unbatched with reduction none: PyTorch's meta kernel gives shape [1], CPU []
+        check(lambda x: F.multilabel_margin_loss(x, target[0].to(x.device), reduction=reduction), [randn(4)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_distances(dtype):
+    check(lambda a, b: F.pairwise_distance(a, b, p=3), [randn(4, 6), randn(4, 6)], (0, 1), dtype)
+    check(lambda a, b: torch.dist(a, b, 1.5), [randn(4, 6), randn(4, 6)], (0, 1), dtype)
+    check(lambda a, p, n: F.triplet_margin_loss(a, p, n, swap=True), [randn(4, 6), randn(4, 6), randn(4, 6)], (0, 1, 2), dtype)
+    check(lambda x: torch.norm(x, p=2, dim=1, keepdim=True), [randn(3, 5)], (0,), dtype)
+    check(lambda x: torch.norm(x, p=float("inf")), [randn(3, 5)], (0,), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_renorm(dtype):
+    check(lambda x: torch.renorm(x, 2, 0, 1.5), [randn(4, 6)], (0,), dtype)
+    check(lambda x: torch.renorm(x, 1, 1, 2.0), [randn(3, 4, 2)], (0,), dtype)
+
+
+def test_logit():
+    check(lambda x: torch.logit(x), [torch.rand(4, 5)], (0,))
+    check(lambda x: torch.logit(x, eps=0.2), [torch.rand(4, 5)], (0,))
+
+
+def test_margin_loss_gradients():
+    # Their backward ops have no meta kernel in PyTorch; torchtpu/_meta.py supplies one.
+    target = torch.tensor([0, 3, 2, 3])
+    check(lambda x, w: F.multi_margin_loss(x, target.to(x.device), p=2, weight=w), [randn(4, 5), torch.rand(5)], (0,))
+    check(lambda x: F.multi_margin_loss(x, target.to(x.device), margin=2.0, reduction="none"), [randn(4, 5)], (0,))
+    labels = torch.tensor([[3, 0, -1, 1], [1, 1, 2, 0], [-1, 2, 1, 0]])
+    check(lambda x: F.multilabel_margin_loss(x, labels.to(x.device)), [randn(3, 4)], (0,))
+    check(lambda x: F.multilabel_margin_loss(x, labels.to(x.device), reduction="none"), [randn(3, 4)], (0,))
+
+
+def test_multi_margin_loss_bad_target_raises_like_cpu():
+    with pytest.raises(RuntimeError):
+        F.multi_margin_loss(torch.randn(3, 4).to("tpu"), torch.tensor([0, 1]).to("tpu"))
 
 
 # ---- convolution --------------------------------------------------------------------------------------
@@ -293,6 +427,22 @@ def test_batch_norm_eval_uses_running_stats():
     tpu_bn = torch.nn.BatchNorm1d(3).to("tpu").eval()
     tpu_bn.load_state_dict(cpu_bn.state_dict())
     check(lambda x: tpu_bn(x) if x.device.type == "tpu" else cpu_bn(x), [randn(6, 3)], (0,))
+
+
+def test_batch_norm_with_update():
+    weight, bias = randn(4), randn(4)
+    mean, var = randn(4), torch.rand(4) + 0.5
+    x = randn(6, 4, 3)
+    cpu_mean, cpu_var = mean.clone(), var.clone()
+    tpu_mean, tpu_var = mean.to("tpu"), var.to("tpu")
+
+    def fn(x, w, b):
+        stats = (tpu_mean, tpu_var) if x.device.type == "tpu" else (cpu_mean, cpu_var)
+        return torch.ops.aten._batch_norm_with_update(x, w, b, *stats, 0.2, 1e-5)[0]
+
+    check(fn, [x, weight, bias], (0, 1, 2))
+    assert_close(tpu_mean.cpu(), cpu_mean)
+    assert_close(tpu_var.cpu(), cpu_var)
 
 
 def test_max_pool2d_indices():

@@ -239,3 +239,76 @@ def test_hash_tensor_matches_cpu_bits(dtype):
     for dims in ([], [1], [0, 1]):
         assert torch.equal(torch.hash_tensor(x.to("tpu"), dims).cpu(), torch.hash_tensor(x, dims))
     assert torch.equal(torch.hash_tensor(x.to("tpu"), [0], keepdim=True).cpu(), torch.hash_tensor(x, [0], keepdim=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+@pytest.mark.parametrize("fn", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
+def test_cummax_cummin(fn, dtype):
+    # Small integers make ties common: an equal value moves the index forward, as on CPU.
+    x = torch.randint(-3, 4, (4, 9)).to(dtype)
+    for dim in (0, 1, -1):
+        check(lambda t: tuple(fn(t, dim)), x)
+
+
+def test_cummax_cummin_nan_and_grad():
+    nan = float("nan")
+    x = torch.tensor([1.0, 3, 3, nan, 2, nan, 5])
+    check(lambda t: tuple(torch.cummax(t, 0)), x, equal_nan=True)
+    check(lambda t: tuple(torch.cummin(t, 0)), x, equal_nan=True)
+    check(lambda t: tuple(torch.cummax(t, 0)), torch.tensor(2.0))
+    check_grad(lambda t: torch.cummax(t, 1).values, torch.randn(3, 5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+def test_aminmax_count_nonzero_trace(dtype):
+    x = torch.randint(-2, 3, (4, 5)).to(dtype)
+    check(lambda t: tuple(torch.aminmax(t)), x)
+    check(lambda t: tuple(torch.aminmax(t, dim=1, keepdim=True)), x)
+    check(lambda t: torch.count_nonzero(t, dim=(0, 1)), x)
+    check(lambda t: torch.count_nonzero(t, dim=1), x)
+    check(torch.trace, x)
+    check(torch.trace, x.T[:3])
+
+
+def test_trace_rejects_non_matrix_like_cpu():
+    with pytest.raises(RuntimeError, match="expected a matrix"):
+        torch.trace(torch.ones(2, 2, 2, device="tpu"))
+
+
+SEGMENT_REDUCTIONS = ["sum", "mean", "max", "min", "prod"]
+
+
+@pytest.mark.parametrize("reduce", SEGMENT_REDUCTIONS)
+@pytest.mark.parametrize("initial", [None, 2.0])
+def test_segment_reduce(reduce, initial):
+    # An empty segment gives the initial value or the reduction's identity (mean: NaN).
+    data = torch.tensor([[1.0, 2], [3, 4], [5, 0], [-1, 2], [3, 3], [0, 6], [2, 2]])
+    lengths = torch.tensor([2, 0, 3, 2])
+    offsets = torch.tensor([0, 2, 2, 5, 7])
+    check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, initial=initial), data, lengths, equal_nan=True)
+    check(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, initial=initial), data, offsets, equal_nan=True)
+    # Along axis 1, with lengths per row.
+    rows = torch.tensor([[1.0, 2, 3, 4], [4, 5, 6, 0]])
+    check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, axis=1, initial=initial), rows,
+          torch.tensor([[1, 3], [2, 2]]), equal_nan=True)
+
+
+@pytest.mark.parametrize("reduce", SEGMENT_REDUCTIONS)
+def test_segment_reduce_grad(reduce):
+    # Ties share a max/min gradient; a zero gets the product of the other elements.
+    data = torch.tensor([3.0, 1, 3, 0, 2, 5, -1, 5, 0.5])
+    lengths = torch.tensor([3, 3, 3])
+    check_grad(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device)), data)
+    check_grad(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), initial=1.5), data)
+
+
+def test_segment_reduce_bf16():
+    data = torch.randn(6, 3).to(torch.bfloat16)
+    lengths = torch.tensor([1, 3, 2])
+    for reduce in SEGMENT_REDUCTIONS:
+        check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l), data, lengths, rtol=2e-2, atol=2e-2)
+
+
+def test_segment_reduce_bad_lengths_raise_like_cpu():
+    with pytest.raises(RuntimeError):
+        torch.segment_reduce(torch.ones(4, 2, device="tpu"), "sum", lengths=torch.tensor([1, 2], device="tpu"), axis=1)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace torchtpu::lowering {
 
@@ -83,6 +84,25 @@ Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_
 
 DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) ? DType::kF32 : dtype;
+}
+
+void require_floating(const LoweringContext& ctx, size_t i, const char* op) {
+  if (!is_floating(ctx.type_of(i).dtype)) {
+    throw std::invalid_argument(std::string(op) + " is not implemented for integer or bool inputs (as on CPU)");
+  }
+}
+
+// The mantissa bits of each draw under the exponent of 1.0 give a float in [1, 2); subtracting 1 maps it to [0, 1).
+Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype) {
+  const bool wide = dtype == DType::kF64;
+  const DType bits_type = wide ? DType::kU64 : DType::kU32;
+  Value bits = g.rng_bit_generator(state, Type{bits_type, dims}).second;
+  const int64_t shift = wide ? 12 : 9;
+  const int64_t one_bits = wide ? 0x3FF0000000000000LL : 0x3F800000LL;
+  Value mantissa = g.binary("shift_right_logical", bits, g.constant_int(shift, bits_type, dims));
+  Value in_one_two = g.binary("or", mantissa, g.constant_int(one_bits, bits_type, dims));
+  Value floats = g.bitcast_convert(in_one_two, Type{dtype, dims});
+  return g.binary("subtract", floats, g.constant(1.0, dtype, dims));
 }
 
 Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& operands, DType compute,

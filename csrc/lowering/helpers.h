@@ -33,6 +33,14 @@ Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Va
 // resampling this way.
 Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype);
 
+// Throws, as CPU does, where argument i is an integer or bool tensor and `op` has floating kernels only
+// (the meta kernels accept any dtype, so the rule must refuse rather than compute).
+void require_floating(const LoweringContext& ctx, size_t i, const char* op);
+
+// Uniform floats in [0, 1) of `dtype` (float32 or float64) from rng_bit_generator over the functional
+// RNG state (LoweringContext::rng_state of a rule marked uses_rng).
+Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype);
+
 // Elementwise result of `name` over the arguments converted to `compute` and broadcast to `dims`.
 Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& operands, DType compute,
                   const std::vector<int64_t>& dims);

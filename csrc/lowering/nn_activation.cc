@@ -1,5 +1,6 @@
-// Softmax, log-softmax and the activation functions of torch.nn (gelu, silu, hardtanh, leaky_relu, elu),
-// with their backward ops.
+// Softmax, log-softmax and the activation functions of torch.nn (gelu, silu, hardtanh, leaky_relu, elu,
+// hardswish, hardsigmoid, mish, threshold, hard/softshrink, glu, prelu, rrelu, logit), with their
+// backward ops.
 //
 // Everything computes in the output's "opmath" type (float32 for 16-bit floats) and rounds once, as
 // PyTorch's CPU kernels do; softmax reductions therefore accumulate in float32 for bf16/f16.
@@ -251,6 +252,226 @@ std::vector<Value> lower_elu_backward(LoweringContext& ctx) {
   return {finish(ctx, g.binary("multiply", grad, slope))};
 }
 
+
+// ---- hardswish, hardsigmoid, mish -------------------------------------------------------------------
+
+// relu6(x + 3) / 6, the gate of hardswish and hardsigmoid itself.
+Value hard_gate(LoweringContext& ctx, Value x) {
+  Graph& g = ctx.graph;
+  Value shifted_x = g.binary("add", x, scalar_like(ctx, 3));
+  Value clamped = g.binary("minimum", g.binary("maximum", shifted_x, scalar_like(ctx, 0)), scalar_like(ctx, 6));
+  return g.binary("divide", clamped, scalar_like(ctx, 6));
+}
+
+std::vector<Value> lower_hardswish(LoweringContext& ctx) {
+  require_floating(ctx, 0, "hardswish");
+  Value x = operand(ctx, 0);
+  return {finish(ctx, ctx.graph.binary("multiply", x, hard_gate(ctx, x)))};
+}
+
+// hardswish_backward(grad_output, self): 0 below -3, x / 3 + 1/2 on [-3, 3], 1 above.
+std::vector<Value> lower_hardswish_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value grad = operand(ctx, 0);
+  Value x = operand(ctx, 1);
+  Value middle = g.binary("multiply", grad, g.binary("add", g.binary("divide", x, scalar_like(ctx, 3)), scalar_like(ctx, 0.5)));
+  Value upper = g.select(g.compare(x, scalar_like(ctx, 3), Comparison::kLE), middle, grad);
+  return {finish(ctx, g.select(g.compare(x, scalar_like(ctx, -3), Comparison::kLT), scalar_like(ctx, 0), upper))};
+}
+
+std::vector<Value> lower_hardsigmoid(LoweringContext& ctx) {
+  require_floating(ctx, 0, "hardsigmoid");
+  return {finish(ctx, hard_gate(ctx, operand(ctx, 0)))};
+}
+
+// hardsigmoid_backward(grad_output, self): grad / 6 strictly inside (-3, 3), else 0.
+std::vector<Value> lower_hardsigmoid_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 1);
+  Value inside = g.binary("and", g.compare(x, scalar_like(ctx, -3), Comparison::kGT),
+                          g.compare(x, scalar_like(ctx, 3), Comparison::kLT));
+  Value scaled = g.binary("divide", operand(ctx, 0), scalar_like(ctx, 6));
+  return {finish(ctx, g.select(inside, scaled, scalar_like(ctx, 0)))};
+}
+
+// tanh(softplus(x)) with softplus = log1p(exp(x)), as PyTorch's kernel writes it (exp overflowing to inf
+// still gives tanh(inf) = 1).
+Value tanh_softplus(LoweringContext& ctx, Value x) {
+  Graph& g = ctx.graph;
+  return g.unary("tanh", g.unary("log_plus_one", g.unary("exponential", x)));
+}
+
+std::vector<Value> lower_mish(LoweringContext& ctx) {
+  Value x = operand(ctx, 0);
+  return {finish(ctx, ctx.graph.binary("multiply", x, tanh_softplus(ctx, x)))};
+}
+
+// mish_backward(grad_output, self): grad * (t + x * sigmoid(x) * (1 - t^2)), t = tanh(softplus(x)).
+std::vector<Value> lower_mish_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 1);
+  Value t = tanh_softplus(ctx, x);
+  Value sech2 = g.binary("subtract", scalar_like(ctx, 1), g.binary("multiply", t, t));
+  Value slope = g.binary("add", t, g.binary("multiply", g.binary("multiply", x, g.unary("logistic", x)), sech2));
+  return {finish(ctx, g.binary("multiply", operand(ctx, 0), slope))};
+}
+
+// ---- threshold, shrinkage ---------------------------------------------------------------------------
+
+// threshold(self, threshold, value): x <= threshold ? value : x, compared in the input's own type (the
+// CPU kernel converts both scalars to it first), so NaN passes through.
+std::vector<Value> lower_threshold(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type t = out(ctx);
+  Value x = cast_to(g, ctx.tensor(0), t);
+  Value below = g.compare(x, scalar_constant(ctx, 1, t.dtype, t.dims), Comparison::kLE);
+  return {g.select(below, scalar_constant(ctx, 2, t.dtype, t.dims), x)};
+}
+
+// |x| <= lambd (false for NaN): where hardshrink and softshrink give 0, and their gradients vanish.
+Value in_dead_zone(LoweringContext& ctx, Value x, double lambd) {
+  Graph& g = ctx.graph;
+  return g.binary("and", g.compare(x, scalar_like(ctx, -lambd), Comparison::kGE),
+                  g.compare(x, scalar_like(ctx, lambd), Comparison::kLE));
+}
+
+// hardshrink(self, lambd)
+std::vector<Value> lower_hardshrink(LoweringContext& ctx) {
+  require_floating(ctx, 0, "hardshrink");
+  Value x = operand(ctx, 0);
+  return {finish(ctx, ctx.graph.select(in_dead_zone(ctx, x, ctx.real(1)), scalar_like(ctx, 0), x))};
+}
+
+// softshrink(self, lambd): x - lambd above, x + lambd below, 0 between; NaN stays NaN.
+std::vector<Value> lower_softshrink(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  const double lambd = ctx.real(1);
+  Value shrunk = g.select(g.compare(x, scalar_like(ctx, lambd), Comparison::kGT),
+                          g.binary("subtract", x, scalar_like(ctx, lambd)), g.binary("add", x, scalar_like(ctx, lambd)));
+  return {finish(ctx, g.select(in_dead_zone(ctx, x, lambd), scalar_like(ctx, 0), shrunk))};
+}
+
+// hardshrink_backward(grad_out, self, lambd) and softshrink_backward: grad outside the dead zone.
+std::vector<Value> lower_shrink_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  return {finish(ctx, g.select(in_dead_zone(ctx, operand(ctx, 1), ctx.real(2)), scalar_like(ctx, 0), operand(ctx, 0)))};
+}
+
+// ---- glu, prelu, rrelu ------------------------------------------------------------------------------
+
+struct Halves {
+  Value first;   // a, in opmath
+  Value second;  // b, in opmath
+  int64_t dim;
+};
+
+// Splits argument i (in opmath) into its two halves along the wrapped `dim`.
+Halves split_halves(LoweringContext& ctx, size_t i, int64_t dim) {
+  Graph& g = ctx.graph;
+  Value x = g.convert(ctx.tensor(i), opmath(ctx));
+  const Type t = g.type(x);
+  dim = wrap_dim(dim, t.rank());
+  std::vector<int64_t> start(t.dims.size(), 0), limit = t.dims, unit(t.dims.size(), 1);
+  const int64_t half = t.dims[static_cast<size_t>(dim)] / 2;
+  limit[static_cast<size_t>(dim)] = half;
+  Value first = g.slice(x, start, limit, unit);
+  start[static_cast<size_t>(dim)] = half;
+  limit[static_cast<size_t>(dim)] = 2 * half;
+  return {first, g.slice(x, start, limit, unit), dim};
+}
+
+// glu(self, dim): a * sigmoid(b) for the halves a, b of self along dim.
+std::vector<Value> lower_glu(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Halves h = split_halves(ctx, 0, ctx.integer(1));
+  return {finish(ctx, g.binary("multiply", h.first, g.unary("logistic", h.second)))};
+}
+
+// glu_backward(grad_output, self, dim): [grad * s, grad * a * s * (1 - s)] with s = sigmoid(b).
+std::vector<Value> lower_glu_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Halves h = split_halves(ctx, 1, ctx.integer(2));
+  Value grad = g.convert(ctx.tensor(0), opmath(ctx));
+  Value s = g.unary("logistic", h.second);
+  Value grad_first = g.binary("multiply", grad, s);
+  Value s_slope = g.binary("multiply", s, g.binary("subtract", like(g, s, 1), s));
+  Value grad_second = g.binary("multiply", g.binary("multiply", grad, h.first), s_slope);
+  return {finish(ctx, g.concatenate({grad_first, grad_second}, h.dim))};
+}
+
+// _prelu_kernel(self, weight): weight already has a shape that broadcasts against self.
+std::vector<Value> lower_prelu_kernel(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  require_floating(ctx, 0, "prelu");
+  Value x = operand(ctx, 0);
+  Value positive = g.compare(x, scalar_like(ctx, 0), Comparison::kGT);
+  return {finish(ctx, g.select(positive, x, g.binary("multiply", operand(ctx, 1), x)))};
+}
+
+// _prelu_kernel_backward(grad_output, self, weight) -> (grad_self, grad_weight), both of self's shape
+// (autograd sums grad_weight down to the weight's shape).
+std::vector<Value> lower_prelu_kernel_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value grad = operand(ctx, 0);
+  Value x = operand(ctx, 1);
+  Value positive = g.compare(x, scalar_like(ctx, 0), Comparison::kGT);
+  Value grad_self = g.select(positive, grad, g.binary("multiply", operand(ctx, 2), grad));
+  Value grad_weight = g.select(positive, scalar_like(ctx, 0), g.binary("multiply", x, grad));
+  return {finish(ctx, grad_self), g.convert(grad_weight, ctx.outputs.at(1).dtype)};
+}
+
+// rrelu_with_noise(self, noise!, lower, upper, training, generator) -> (out), then the new noise.
+// Training draws a slope uniformly from [lower, upper) for each non-positive element (noise 1 elsewhere)
+// and keeps it in `noise` for the backward; evaluation is a leaky relu with the mean slope and leaves
+// noise alone.
+std::vector<Value> lower_rrelu_with_noise(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  const double lower = ctx.real(2), upper = ctx.real(3);
+  Value positive = g.compare(x, scalar_like(ctx, 0), Comparison::kGT);
+  if (!ctx.boolean(4)) {
+    Value y = g.select(positive, x, g.binary("multiply", x, scalar_like(ctx, (lower + upper) / 2)));
+    return {finish(ctx, y), ctx.tensor(1)};
+  }
+  const Type noise_type = ctx.outputs.at(1);
+  Value slope = g.binary("add", g.binary("multiply", unit_uniform(g, ctx.rng_state, out(ctx).dims, opmath(ctx)),
+                                         scalar_like(ctx, upper - lower)),
+                         scalar_like(ctx, lower));
+  Value noise = g.select(positive, scalar_like(ctx, 1), slope);
+  return {finish(ctx, g.binary("multiply", x, noise)), cast_to(g, noise, noise_type)};
+}
+
+
+// logit(self, eps?): log(x / (1 - x)), with x first clamped to [eps, 1 - eps] when eps is given
+// (binary_cross_entropy's gradient with respect to the target uses it).
+std::vector<Value> lower_logit(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  if (!ctx.is_none(1)) {
+    const double eps = ctx.real(1);
+    Value low = scalar_like(ctx, eps), high = scalar_like(ctx, 1 - eps);
+    x = g.select(g.compare(x, low, Comparison::kLT), low, g.select(g.compare(x, high, Comparison::kGT), high, x));
+  }
+  return {finish(ctx, g.unary("log", g.binary("divide", x, g.binary("subtract", scalar_like(ctx, 1), x))))};
+}
+
+
+// logit_backward(grad_output, self, eps?): grad / (x (1 - x)), and 0 outside [eps, 1 - eps] when eps is
+// given.
+std::vector<Value> lower_logit_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 1);
+  Value result = g.binary("divide", operand(ctx, 0), g.binary("multiply", x, g.binary("subtract", scalar_like(ctx, 1), x)));
+  if (!ctx.is_none(2)) {
+    const double eps = ctx.real(2);
+    Value outside = g.binary("or", g.compare(x, scalar_like(ctx, eps), Comparison::kLT),
+                             g.compare(x, scalar_like(ctx, 1 - eps), Comparison::kGT));
+    result = g.select(outside, scalar_like(ctx, 0), result);
+  }
+  return {finish(ctx, result)};
+}
+
 }  // namespace
 
 void add_nn_activation_rules(std::vector<Rule>& table) {
@@ -264,6 +485,27 @@ void add_nn_activation_rules(std::vector<Rule>& table) {
   table.push_back({"aten::elu_backward", &lower_elu_backward});
   table.push_back({"aten::gelu", &lower_gelu});
   table.push_back({"aten::gelu_backward", &lower_gelu_backward});
+  table.push_back({"aten::glu", &lower_glu});
+  table.push_back({"aten::glu_backward", &lower_glu_backward});
+  table.push_back({"aten::hardshrink", &lower_hardshrink});
+  table.push_back({"aten::hardshrink_backward", &lower_shrink_backward});
+  table.push_back({"aten::hardsigmoid", &lower_hardsigmoid});
+  table.push_back({"aten::hardsigmoid_backward", &lower_hardsigmoid_backward});
+  table.push_back({"aten::hardswish", &lower_hardswish});
+  table.push_back({"aten::hardswish_backward", &lower_hardswish_backward});
+  table.push_back({"aten::logit", &lower_logit});
+  table.push_back({"aten::logit_backward", &lower_logit_backward});
+  table.push_back({"aten::mish", &lower_mish});
+  table.push_back({"aten::mish_backward", &lower_mish_backward});
+  table.push_back({"aten::_prelu_kernel", &lower_prelu_kernel});
+  table.push_back({"aten::_prelu_kernel_backward", &lower_prelu_kernel_backward});
+  table.push_back({"aten::rrelu_with_noise", &lower_rrelu_with_noise, /*uses_rng=*/true});
+  // The in-place overload writes (self, noise), the same values in the same order as the functional
+  // one's (result, noise); it needs its own entry because the functional overload is itself mutating.
+  table.push_back({"aten::rrelu_with_noise_", &lower_rrelu_with_noise, /*uses_rng=*/true});
+  table.push_back({"aten::softshrink", &lower_softshrink});
+  table.push_back({"aten::softshrink_backward", &lower_shrink_backward});
+  table.push_back({"aten::threshold", &lower_threshold});
   table.push_back({"aten::hardtanh", &lower_hardtanh});
   table.push_back({"aten::hardtanh_backward", &lower_hardtanh_backward});
   table.push_back({"aten::leaky_relu", &lower_leaky_relu});

@@ -258,8 +258,20 @@ std::vector<Value> lower_batch_norm_legit_no_training(LoweringContext& ctx) {
   return batch_norm_inference(ctx, ctx.real(6));
 }
 
+// _batch_norm_with_update(input, weight?, bias?, running_mean!, running_var!, momentum, eps)
+//   -> (out, save_mean, save_invstd, reserve), then the new running_mean and running_var. reserve is
+// cuDNN's workspace, empty elsewhere.
+std::vector<Value> lower_batch_norm_with_update(LoweringContext& ctx) {
+  std::vector<Value> results = batch_norm_training(ctx, /*has_running=*/true, ctx.real(5), ctx.real(6));
+  const Type reserve = out(ctx, 3);
+  results.insert(results.begin() + 3, ctx.graph.constant_int(0, reserve.dtype, reserve.dims));
+  return results;
+}
+
 // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?, save_invstd?,
-//                            train, eps, output_mask) -> (grad_input, grad_weight, grad_bias)
+//                            train, eps, output_mask) -> (grad_input, grad_weight, grad_bias), and
+// batch_norm_backward, whose arguments read the same up to a trailing `reserve` (its save_var holds the
+// inverse standard deviation, and `update` says whether batch statistics were used).
 std::vector<Value> lower_batch_norm_backward(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type in = ctx.type_of(1);
@@ -297,9 +309,11 @@ std::vector<Value> lower_batch_norm_backward(LoweringContext& ctx) {
 }  // namespace
 
 void add_nn_norm_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_batch_norm_with_update", &lower_batch_norm_with_update});
   table.push_back({"aten::_native_batch_norm_legit", &lower_batch_norm_legit});
   table.push_back({"aten::_native_batch_norm_legit.no_stats", &lower_batch_norm_legit_no_stats});
   table.push_back({"aten::_native_batch_norm_legit_no_training", &lower_batch_norm_legit_no_training});
+  table.push_back({"aten::batch_norm_backward", &lower_batch_norm_backward});
   table.push_back({"aten::native_batch_norm_backward", &lower_batch_norm_backward});
   table.push_back({"aten::native_group_norm", &lower_native_group_norm});
   table.push_back({"aten::native_group_norm_backward", &lower_native_group_norm_backward});

@@ -15,19 +15,6 @@ namespace {
 
 const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.at(i); }
 
-// Uniform floats in [0, 1) of `dtype` (float32 or float64) from the mantissa bits.
-Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype) {
-  const bool wide = dtype == DType::kF64;
-  const DType bits_type = wide ? DType::kU64 : DType::kU32;
-  Value bits = g.rng_bit_generator(state, Type{bits_type, dims}).second;
-  const int64_t shift = wide ? 12 : 9;
-  const int64_t one_bits = wide ? 0x3FF0000000000000LL : 0x3F800000LL;
-  Value mantissa = g.binary("shift_right_logical", bits, g.constant_int(shift, bits_type, dims));
-  Value in_one_two = g.binary("or", mantissa, g.constant_int(one_bits, bits_type, dims));
-  Value floats = g.bitcast_convert(in_one_two, Type{dtype, dims});
-  return g.binary("subtract", floats, g.constant(1.0, dtype, dims));
-}
-
 DType sample_dtype(DType out_dtype) { return out_dtype == DType::kF64 ? DType::kF64 : DType::kF32; }
 
 // uniform_(self, from, to, generator)

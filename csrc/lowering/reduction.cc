@@ -1,11 +1,14 @@
 // Reductions over dims: sum, nansum, mean, prod, any/all, var/std (and their _mean twins), logsumexp,
-// vector norms, max/min (values and indices), amax/amin, argmax/argmin, and the cumulative cumsum/cumprod.
+// vector norms (and renorm), max/min (values and indices), amax/amin/aminmax, argmax/argmin,
+// count_nonzero, trace, segment_reduce, and the cumulative cumsum/cumprod/cummax/cummin.
 //
 // 16-bit floats accumulate in float32, as PyTorch does; results are reshaped to the inferred output
 // shape, which carries keepdim.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "lowering/helpers.h"
 
@@ -291,33 +294,72 @@ std::vector<Value> lower_logsumexp(LoweringContext& ctx) {
   return {finish(ctx, g.binary("add", g.unary("log", s), m), 0)};
 }
 
-// linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?): ord 0 counts non-zeros, +-inf take the
-// max/min magnitude, 1 and 2 avoid the general pow, and anything else is (sum |x|^p)^(1/p).
-std::vector<Value> lower_vector_norm(LoweringContext& ctx) {
+// The vector norm of argument 0 over `dims`, in the accumulation type of the output: ord 0 counts
+// non-zeros, +-inf take the max/min magnitude, 1 and 2 avoid the general pow, and anything else is
+// (sum |x|^p)^(1/p).
+Value vector_norm(LoweringContext& ctx, double ord, const std::vector<int64_t>& dims) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
-  const double ord = ctx.real(1);
-  const std::vector<int64_t> dims = dims_arg(ctx, 2);
   Value a = g.unary("abs", g.convert(ctx.tensor(0), accumulate));
   const Type t = g.type(a);
   Value zero = g.constant_int(0, accumulate);
-  Value r;
   if (std::isinf(ord)) {
-    r = ord > 0 ? g.reduce(a, zero, dims, Reducer::kMax) : g.reduce(a, extreme(g, accumulate, false), dims, Reducer::kMin);
     // maximum/minimum propagate NaN, as torch's amax does.
-  } else if (ord == 0) {
-    Value nonzero = g.convert(g.compare(a, g.constant(0.0, accumulate, t.dims), Comparison::kNE), accumulate);
-    r = g.reduce(nonzero, zero, dims, Reducer::kAdd);
-  } else if (ord == 1) {
-    r = g.reduce(a, zero, dims, Reducer::kAdd);
-  } else if (ord == 2) {
-    r = g.unary("sqrt", g.reduce(g.binary("multiply", a, a), zero, dims, Reducer::kAdd));
-  } else {
-    Value powered = g.binary("power", a, g.constant(ord, accumulate, t.dims));
-    Value s = g.reduce(powered, zero, dims, Reducer::kAdd);
-    r = g.binary("power", s, g.constant(1.0 / ord, accumulate, g.type(s).dims));
+    return ord > 0 ? g.reduce(a, zero, dims, Reducer::kMax) : g.reduce(a, extreme(g, accumulate, false), dims, Reducer::kMin);
   }
-  return {finish(ctx, r, 0)};
+  if (ord == 0) {
+    Value nonzero = g.convert(g.compare(a, g.constant(0.0, accumulate, t.dims), Comparison::kNE), accumulate);
+    return g.reduce(nonzero, zero, dims, Reducer::kAdd);
+  }
+  if (ord == 1) return g.reduce(a, zero, dims, Reducer::kAdd);
+  if (ord == 2) return g.unary("sqrt", g.reduce(g.binary("multiply", a, a), zero, dims, Reducer::kAdd));
+  Value powered = g.binary("power", a, g.constant(ord, accumulate, t.dims));
+  Value s = g.reduce(powered, zero, dims, Reducer::kAdd);
+  return g.binary("power", s, g.constant(1.0 / ord, accumulate, g.type(s).dims));
+}
+
+// linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?)
+std::vector<Value> lower_vector_norm(LoweringContext& ctx) {
+  return {finish(ctx, vector_norm(ctx, ctx.real(1), dims_arg(ctx, 2)), 0)};
+}
+
+// The p of the legacy norm overloads: None means 2.
+double norm_order(const LoweringContext& ctx) { return ctx.is_none(1) ? 2.0 : ctx.real(1); }
+
+// norm.Scalar(self, p) and norm.ScalarOpt_dtype(self, p?, *, dtype): over every dim.
+std::vector<Value> lower_norm(LoweringContext& ctx) {
+  return {finish(ctx, vector_norm(ctx, norm_order(ctx), reduction_dims({}, ctx.type_of(0).rank())), 0)};
+}
+
+// norm.ScalarOpt_dim(self, p?, dim[], keepdim) and norm.ScalarOpt_dim_dtype(..., *, dtype)
+std::vector<Value> lower_norm_dims(LoweringContext& ctx) {
+  return {finish(ctx, vector_norm(ctx, norm_order(ctx), dims_arg(ctx, 2)), 0)};
+}
+
+// renorm(self, p, dim, maxnorm): each slice along `dim` whose p-norm exceeds maxnorm is scaled down to
+// it, by maxnorm / (norm + 1e-7) as PyTorch does. The norm is rounded to the input's type first, as CPU
+// computes it as a separate tensor.
+std::vector<Value> lower_renorm(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type t = out(ctx);
+  const DType accumulate = accumulation_dtype(t.dtype);
+  const int64_t dim = wrap_dim(ctx.integer(2), t.rank());
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (d != dim) others.push_back(d);
+  }
+  Value norm = g.convert(g.convert(vector_norm(ctx, ctx.real(1), others), t.dtype), accumulate);
+  const std::vector<int64_t> slices = g.type(norm).dims;
+  const double maxnorm = ctx.real(3);
+  Value scale = g.binary("divide", g.constant(maxnorm, accumulate, slices),
+                         g.binary("add", norm, g.constant(1e-7, accumulate, slices)));
+  Value factor = g.select(g.compare(norm, g.constant(maxnorm, accumulate, slices), Comparison::kGT), scale,
+                          g.constant(1.0, accumulate, slices));
+  factor = g.convert(g.convert(factor, t.dtype), accumulate);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  std::vector<int64_t> kept;
+  if (t.rank() > 0) kept.push_back(dim);
+  return {finish(ctx, g.binary("multiply", x, g.broadcast_in_dim(factor, t.dims, kept)), 0)};
 }
 
 // hash_tensor(self, dim[], keepdim, mode): XOR of the elements' bits, after widening each to its 64-bit
@@ -364,19 +406,300 @@ Value cumulative(LoweringContext& ctx, Reducer reducer) {
 std::vector<Value> lower_cumsum(LoweringContext& ctx) { return {finish(ctx, cumulative(ctx, Reducer::kAdd), 0)}; }
 std::vector<Value> lower_cumprod(LoweringContext& ctx) { return {finish(ctx, cumulative(ctx, Reducer::kMul), 0)}; }
 
+
+// ---- cummax/cummin --------------------------------------------------------------------------------
+
+// _cummax_helper(self, values!, indices!, dim) -> () and _cummin_helper: the running extremum and the
+// position it was last seen at, as PyTorch's CPU kernel gives them: an equal value moves the index
+// forward, and NaN beats every number (it then propagates), a later NaN moving the index again. The
+// scan is a reduce_window over (value, index) pairs whose combiner keeps the pair that is "larger"
+// in that order, which is associative and commutative as reduce_window requires.
+std::vector<Value> cumulative_extremum(LoweringContext& ctx, bool is_max) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type t = g.type(x);
+  const Type index_type{DType::kI64, t.dims};
+  if (t.rank() == 0) return {x, g.constant_int(0, DType::kI64, {})};
+  if (t.numel() == 0) return {x, g.constant_int(0, DType::kI64, t.dims)};
+  const int64_t dim = wrap_dim(ctx.integer(3), t.rank());
+  const int64_t n = t.dims[static_cast<size_t>(dim)];
+  Value positions = g.iota(index_type, dim);
+  const bool floating = is_floating(t.dtype);
+  const Type scalar{t.dtype, {}}, index_scalar{DType::kI64, {}};
+  const std::string combiner = g.region({scalar, index_scalar, scalar, index_scalar}, [&](const std::vector<Value>& a) {
+    Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+    Value beats = g.compare(bv, av, is_max ? Comparison::kGT : Comparison::kLT);
+    Value same = g.compare(bv, av, Comparison::kEQ);
+    if (floating) {
+      Value a_nan = g.compare(av, av, Comparison::kNE), b_nan = g.compare(bv, bv, Comparison::kNE);
+      beats = g.binary("or", beats, g.binary("and", b_nan, g.unary("not", a_nan)));
+      same = g.binary("or", same, g.binary("and", a_nan, b_nan));
+    }
+    Value b_wins = g.binary("or", beats, g.binary("and", same, g.compare(bi, ai, Comparison::kGT)));
+    return std::vector<Value>{g.select(b_wins, bv, av), g.select(b_wins, bi, ai)};
+  });
+  std::vector<int64_t> window(t.dims.size(), 1), strides(t.dims.size(), 1);
+  window[static_cast<size_t>(dim)] = n;
+  std::string padding = "dense<[";
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
+  }
+  padding += "]> : tensor<" + std::to_string(t.rank()) + "x2xi64>";
+  const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
+                                 ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
+  // The padding pairs never win: the lowest value (highest for min) at index -1.
+  std::vector<Value> scan = g.op_multi("stablehlo.reduce_window", {x, positions, extreme(g, t.dtype, is_max), g.constant_int(-1, DType::kI64)},
+                                       {t, index_type}, attributes, combiner);
+  return {scan[0], scan[1]};
+}
+std::vector<Value> lower_cummax_helper(LoweringContext& ctx) { return cumulative_extremum(ctx, true); }
+std::vector<Value> lower_cummin_helper(LoweringContext& ctx) { return cumulative_extremum(ctx, false); }
+
+// ---- aminmax, count_nonzero, trace ----------------------------------------------------------------
+
+// aminmax(self, *, dim?, keepdim) -> (min, max)
+std::vector<Value> lower_aminmax(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const std::vector<int64_t> dims = dims_arg(ctx, 1);
+  return {g.reshape(extremum(ctx, dims, false), out(ctx, 0).dims), g.reshape(extremum(ctx, dims, true), out(ctx, 1).dims)};
+}
+
+// count_nonzero.dim_IntList(self, dim[]): an empty list counts over every dim.
+std::vector<Value> lower_count_nonzero(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = ctx.tensor(0);
+  const Type t = g.type(x);
+  Value nonzero = t.dtype == DType::kBool ? x : g.compare(x, g.constant_int(0, t.dtype, t.dims), Comparison::kNE);
+  Value counts = g.reduce(g.convert(nonzero, DType::kI64), g.constant_int(0, DType::kI64), dims_arg(ctx, 1), Reducer::kAdd);
+  return {g.reshape(counts, out(ctx).dims)};
+}
+
+// trace(self): the sum of the main diagonal of a matrix, accumulated like sum (integers give int64).
+std::vector<Value> lower_trace(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  if (ctx.type_of(0).dtype == DType::kBool) throw std::invalid_argument("trace is not implemented for 'Bool' (as on CPU)");
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  const Type t = g.type(x);
+  Value diagonal = g.compare(g.iota(Type{DType::kI64, t.dims}, 0), g.iota(Type{DType::kI64, t.dims}, 1), Comparison::kEQ);
+  Value kept = g.select(diagonal, x, g.constant_int(0, accumulate, t.dims));
+  return {finish(ctx, g.reduce(kept, g.constant_int(0, accumulate), {0, 1}, Reducer::kAdd), 0)};
+}
+
+// ---- segment_reduce -------------------------------------------------------------------------------
+//
+// Segments are consecutive runs along `axis` of data [lead..., D, trail...], given by lengths or offsets
+// [lead..., S (+1 for offsets)]. Each segment's elements are picked with a mask [lead..., S, D], so the
+// work grows with S * D; segment counts in eager code are small.
+
+struct Segments {
+  int64_t axis;
+  int64_t count;        // S
+  Value member;         // bool [lead..., S, D]: element j belongs to segment s
+  Value lengths;        // int64 [lead..., S]
+  std::vector<int64_t> lead;
+};
+
+// Reads lengths (argument `lengths_arg`) or offsets (`offsets_arg`) against data of type `data`.
+Segments segments(LoweringContext& ctx, const Type& data, size_t lengths_arg, size_t offsets_arg, int64_t axis) {
+  Graph& g = ctx.graph;
+  axis = wrap_dim(axis, data.rank());
+  const int64_t d = data.dims[static_cast<size_t>(axis)];
+  const std::vector<int64_t> lead(data.dims.begin(), data.dims.begin() + axis);
+  const int64_t lead_rank = axis;
+  Value starts, ends, lengths;
+  if (!ctx.is_none(lengths_arg)) {
+    lengths = g.convert(ctx.tensor(lengths_arg), DType::kI64);
+    const int64_t s = g.type(lengths).dims.back();
+    // starts[s] = sum of lengths[t] over t < s, as a masked sum over a [.., S, S] square.
+    std::vector<int64_t> square = lead;
+    square.push_back(s);
+    square.push_back(s);
+    Value earlier = g.compare(g.iota(Type{DType::kI64, square}, lead_rank + 1), g.iota(Type{DType::kI64, square}, lead_rank),
+                              Comparison::kLT);
+    std::vector<int64_t> as_t = dim_range(0, lead_rank);
+    as_t.push_back(lead_rank + 1);
+    Value spread = g.broadcast_in_dim(lengths, square, as_t);
+    starts = g.reduce(g.select(earlier, spread, g.constant_int(0, DType::kI64, square)), g.constant_int(0, DType::kI64),
+                      {lead_rank + 1}, Reducer::kAdd);
+    ends = g.binary("add", starts, lengths);
+  } else {
+    Value offsets = g.convert(ctx.tensor(offsets_arg), DType::kI64);
+    const Type t = g.type(offsets);
+    const int64_t s = t.dims.back() - 1;
+    std::vector<int64_t> start(t.dims.size(), 0), limit = t.dims, unit(t.dims.size(), 1);
+    limit.back() = s;
+    starts = g.slice(offsets, start, limit, unit);
+    start.back() = 1;
+    limit.back() = s + 1;
+    ends = g.slice(offsets, start, limit, unit);
+    lengths = g.binary("subtract", ends, starts);
+  }
+  const int64_t count = g.type(lengths).dims.back();
+  std::vector<int64_t> grid = lead;
+  grid.push_back(count);
+  grid.push_back(d);
+  Value position = g.iota(Type{DType::kI64, grid}, lead_rank + 1);
+  const std::vector<int64_t> as_segment = dim_range(0, lead_rank + 1);
+  Value member = g.binary("and", g.compare(position, g.broadcast_in_dim(starts, grid, as_segment), Comparison::kGE),
+                          g.compare(position, g.broadcast_in_dim(ends, grid, as_segment), Comparison::kLT));
+  return {axis, count, member, lengths, lead};
+}
+
+// data [lead..., D, trail...] broadcast to [lead..., S, D, trail...].
+std::vector<int64_t> segment_grid(const Type& data, const Segments& seg) {
+  std::vector<int64_t> dims = data.dims;
+  dims.insert(dims.begin() + seg.axis, seg.count);
+  return dims;
+}
+
+Value spread_data(Graph& g, Value x, const Segments& seg) {
+  const Type t = g.type(x);
+  std::vector<int64_t> positions;
+  for (int64_t d = 0; d < t.rank(); ++d) positions.push_back(d < seg.axis ? d : d + 1);
+  return g.broadcast_in_dim(x, segment_grid(t, seg), positions);
+}
+
+// A per-segment value [lead..., S] broadcast to the result's [lead..., S, trail...].
+Value per_segment(Graph& g, Value v, const std::vector<int64_t>& dims) {
+  return g.broadcast_in_dim(v, dims, dim_range(0, g.type(v).rank()));
+}
+
+// segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis, unsafe, initial?): sum, mean, max,
+// min or prod of each segment, starting from `initial` when given. An empty segment gives the initial
+// value, or the reduction's identity (mean: NaN).
+std::vector<Value> lower_segment_reduce(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  require_floating(ctx, 0, "segment_reduce");
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  const Type data = g.type(x);
+  Segments seg = segments(ctx, data, 2, 4, ctx.integer(5));
+  const std::string& reduce = ctx.text(1);
+  const bool has_initial = !ctx.is_none(7);
+  const std::vector<int64_t> grid = segment_grid(data, seg);
+  Value member = g.broadcast_in_dim(seg.member, grid, dim_range(0, seg.axis + 2));
+  Value spread = spread_data(g, x, seg);
+  struct Reduction {
+    Reducer reducer;
+    double identity;
+    const char* combine;  // the elementwise op that joins the initial value
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  Reduction r_op{Reducer::kAdd, 0, "add"};  // sum and mean
+  if (reduce == "max") r_op = {Reducer::kMax, -inf, "maximum"};
+  else if (reduce == "min") r_op = {Reducer::kMin, inf, "minimum"};
+  else if (reduce == "prod") r_op = {Reducer::kMul, 1, "multiply"};
+  else if (reduce != "sum" && reduce != "mean") throw std::invalid_argument("segment_reduce: unknown reduction " + reduce);
+  // The reduction starts from its identity (reduce may apply its init value more than once); the initial
+  // value joins afterwards.
+  Value start = g.constant(r_op.identity, accumulate);
+  Value r = g.reduce(g.select(member, spread, g.broadcast_in_dim(start, grid, {})), start, {seg.axis + 1}, r_op.reducer);
+  const std::vector<int64_t> result_dims = g.type(r).dims;
+  if (has_initial) r = g.binary(r_op.combine, r, scalar_constant(ctx, 7, accumulate, result_dims));
+  if (reduce == "mean") {
+    Value length = per_segment(g, g.convert(seg.lengths, accumulate), result_dims);
+    Value empty = g.compare(length, g.constant(0.0, accumulate, result_dims), Comparison::kEQ);
+    Value fallback = has_initial ? scalar_constant(ctx, 7, accumulate, result_dims)
+                                 : g.constant(std::numeric_limits<double>::quiet_NaN(), accumulate, result_dims);
+    r = g.select(empty, fallback, g.binary("divide", r, length));
+  }
+  return {finish(ctx, r, 0)};
+}
+
+// _segment_reduce_backward(grad, output, data, reduce, *, lengths?, offsets?, axis, initial?): the
+// gradient of each element from its segment's: sum passes it on, mean divides by the length, max/min
+// share it equally among the elements equal to the result (NaN ones when it is NaN), and prod
+// multiplies by the product of the other elements (output / x where x is not 0).
+std::vector<Value> lower_segment_reduce_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx).dtype);
+  Value x = g.convert(ctx.tensor(2), accumulate);
+  const Type data = g.type(x);
+  Segments seg = segments(ctx, data, 4, 5, ctx.integer(6));
+  const std::string& reduce = ctx.text(3);
+  const std::vector<int64_t> grid = segment_grid(data, seg);
+  Value member = g.broadcast_in_dim(seg.member, grid, dim_range(0, seg.axis + 2));
+  Value zeros = g.constant(0.0, accumulate, grid);
+  Value grad = g.convert(ctx.tensor(0), accumulate);
+  Value output = g.convert(ctx.tensor(1), accumulate);
+  const std::vector<int64_t> result_dims = g.type(grad).dims;
+  // A per-segment value [lead..., S, trail...] on the grid, and its sum over segments at each element.
+  auto on_grid = [&](Value v) {
+    std::vector<int64_t> positions;
+    for (int64_t d = 0; d < g.type(v).rank(); ++d) positions.push_back(d <= seg.axis ? d : d + 1);
+    return g.broadcast_in_dim(v, grid, positions);
+  };
+  auto to_elements = [&](Value v) { return g.reduce(g.select(member, v, zeros), g.constant(0.0, accumulate), {seg.axis}, Reducer::kAdd); };
+  Value share = grad;
+  if (reduce == "mean") {
+    share = g.binary("divide", grad, per_segment(g, g.convert(seg.lengths, accumulate), result_dims));
+  }
+  Value result;
+  if (reduce == "sum" || reduce == "mean") {
+    result = to_elements(on_grid(share));
+  } else if (reduce == "max" || reduce == "min") {
+    Value spread = spread_data(g, x, seg);
+    Value target = on_grid(output);
+    Value hit = g.binary("or", g.compare(spread, target, Comparison::kEQ),
+                         g.binary("and", g.compare(spread, spread, Comparison::kNE), g.compare(target, target, Comparison::kNE)));
+    hit = g.binary("and", hit, member);
+    Value ties = g.reduce(g.convert(hit, accumulate), g.constant(0.0, accumulate), {seg.axis + 1}, Reducer::kAdd);
+    Value each = on_grid(g.binary("divide", grad, ties));
+    result = g.reduce(g.select(hit, each, zeros), g.constant(0.0, accumulate), {seg.axis}, Reducer::kAdd);
+  } else if (reduce == "prod") {
+    // The product of the other elements of the segment, for elements that are 0; output / x elsewhere.
+    const int64_t d = data.dims[static_cast<size_t>(seg.axis)];
+    std::vector<int64_t> square = grid;  // [lead..., S, D, trail...] -> [lead..., D (self), D (other), trail...]
+    square[static_cast<size_t>(seg.axis)] = d;
+    std::vector<int64_t> other_dims;
+    for (int64_t p = 0; p < data.rank(); ++p) other_dims.push_back(p < seg.axis ? p : p + 1);
+    // Elements j and k share a segment when some segment holds both.
+    const int64_t lead_rank = seg.axis;
+    std::vector<int64_t> pair_grid = seg.lead;
+    pair_grid.push_back(seg.count);
+    pair_grid.push_back(d);
+    pair_grid.push_back(d);
+    std::vector<int64_t> first = dim_range(0, lead_rank + 2), second = dim_range(0, lead_rank + 1);
+    second.push_back(lead_rank + 2);
+    Value both = g.binary("and", g.broadcast_in_dim(seg.member, pair_grid, first), g.broadcast_in_dim(seg.member, pair_grid, second));
+    Value together = g.reduce(both, g.constant_int(0, DType::kBool), {lead_rank}, Reducer::kOr);  // [lead..., D, D]
+    Value distinct = g.compare(g.iota(Type{DType::kI64, g.type(together).dims}, lead_rank),
+                               g.iota(Type{DType::kI64, g.type(together).dims}, lead_rank + 1), Comparison::kNE);
+    Value others = g.broadcast_in_dim(g.binary("and", together, distinct), square, dim_range(0, lead_rank + 2));
+    Value other_x = g.broadcast_in_dim(x, square, other_dims);
+    Value exclusive = g.reduce(g.select(others, other_x, g.constant(1.0, accumulate, square)), g.constant(1.0, accumulate),
+                               {seg.axis + 1}, Reducer::kMul);
+    if (!ctx.is_none(7)) exclusive = g.binary("multiply", exclusive, scalar_constant(ctx, 7, accumulate, data.dims));
+    Value element_grad = to_elements(on_grid(grad));
+    Value element_output = to_elements(on_grid(output));
+    Value is_zero = g.compare(x, g.constant(0.0, accumulate, data.dims), Comparison::kEQ);
+    Value by_division = g.binary("divide", g.binary("multiply", element_grad, element_output), x);
+    result = g.select(is_zero, g.binary("multiply", element_grad, exclusive), by_division);
+  } else {
+    throw std::invalid_argument("_segment_reduce_backward: unknown reduction " + reduce);
+  }
+  return {finish(ctx, result, 0)};
+}
+
 }  // namespace
 
 void add_reduction_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_segment_reduce_backward", &lower_segment_reduce_backward});
+  table.push_back({"aten::_cummax_helper", &lower_cummax_helper});
+  table.push_back({"aten::_cummin_helper", &lower_cummin_helper});
   table.push_back({"aten::all", &lower_all});
   table.push_back({"aten::all.dim", &lower_all_dims});
   table.push_back({"aten::all.dims", &lower_all_dims});
   table.push_back({"aten::amax", &lower_amax});
   table.push_back({"aten::amin", &lower_amin});
+  table.push_back({"aten::aminmax", &lower_aminmax});
   table.push_back({"aten::any", &lower_any});
   table.push_back({"aten::any.dim", &lower_any_dims});
   table.push_back({"aten::any.dims", &lower_any_dims});
   table.push_back({"aten::argmax", &lower_argmax});
   table.push_back({"aten::argmin", &lower_argmin});
+  table.push_back({"aten::count_nonzero.dim_IntList", &lower_count_nonzero});
   table.push_back({"aten::cumprod", &lower_cumprod});
   table.push_back({"aten::cumsum", &lower_cumsum});
   table.push_back({"aten::linalg_vector_norm", &lower_vector_norm});
@@ -389,12 +712,19 @@ void add_reduction_rules(std::vector<Rule>& table) {
   table.push_back({"aten::min", &lower_min});
   table.push_back({"aten::min.dim", &lower_min_dim});
   table.push_back({"aten::nansum", &lower_nansum});
+  table.push_back({"aten::norm.Scalar", &lower_norm});
+  table.push_back({"aten::norm.ScalarOpt_dim", &lower_norm_dims});
+  table.push_back({"aten::norm.ScalarOpt_dim_dtype", &lower_norm_dims});
+  table.push_back({"aten::norm.ScalarOpt_dtype", &lower_norm});
   table.push_back({"aten::prod", &lower_prod});
   table.push_back({"aten::prod.dim_int", &lower_prod_dim});
+  table.push_back({"aten::renorm", &lower_renorm});
+  table.push_back({"aten::segment_reduce", &lower_segment_reduce});
   table.push_back({"aten::std.correction", &lower_std});
   table.push_back({"aten::std_mean.correction", &lower_std_mean});
   table.push_back({"aten::sum", &lower_sum});
   table.push_back({"aten::sum.dim_IntList", &lower_sum_dims});
+  table.push_back({"aten::trace", &lower_trace});
   table.push_back({"aten::var.correction", &lower_var});
   table.push_back({"aten::var_mean.correction", &lower_var_mean});
 }

@@ -6,7 +6,7 @@ generator are registered by the C++ extension ``torchtpu._C`` when it loads.
 """
 import torch
 
-from torchtpu import _C, _meta, _plugin, _printing  # noqa: F401  (_meta registers on import)
+from torchtpu import _C, _meta, _plugin, _printing  # noqa: F401  (_meta registers missing meta kernels)
 
 _C._set_plugin_candidates(_plugin.candidates())
 torch.utils.rename_privateuse1_backend("tpu")

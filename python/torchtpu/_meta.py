@@ -1,9 +1,9 @@
-"""Meta kernels for the aten ops tpu lowers that PyTorch ships without one.
+"""Meta (shape and dtype) kernels for aten ops that torchtpu lowers but PyTorch ships without one.
 
-The tpu kernel infers every output's shape and dtype by running the op on meta tensors, once per compiled
-program. These few ops only have CPU and CUDA kernels, although their output shapes depend on the arguments
-alone; registering their meta kernels here (for PyTorch as a whole, where they were simply missing) lets
-them run natively.
+The tpu kernel learns an op's output shapes and dtypes by running its meta kernel, once per compiled
+program; without one the op would take the CPU fallback although its output shapes depend on the arguments
+alone. Each kernel here is registered only while PyTorch lacks its own. Where CPU rejects arguments these
+kernels accept, the tpu kernel reruns the op on CPU stand-ins and raises CPU's own error.
 """
 from __future__ import annotations
 
@@ -12,8 +12,16 @@ import torch
 _LIBRARY = torch.library.Library("aten", "IMPL")
 
 
+def _like_self(grad_output, self, *args, **kwargs):
+    return torch.empty_like(self)
+
+
+def _cumulative_extremum_helper(self, values, indices, dim):
+    values.resize_(self.shape)
+    indices.resize_(self.shape)
+
+
 def _histogram_outputs(self: torch.Tensor, bins: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # Where CPU raises, the tpu kernel reruns the op on CPU to show CPU's own message.
     torch._check(self.dtype.is_floating_point, lambda: f"torch.histogram: {self.dtype} input is not supported")
     torch._check(bins > 0, lambda: "torch.histogram(): bins must be > 0, but got " + str(bins))
     return self.new_empty(bins), self.new_empty(bins + 1)
@@ -34,5 +42,15 @@ def _histogram_bin_edges(self, bins, *, weight=None, density=False):
     return _histogram_outputs(self, bins.numel() - 1)
 
 
-_LIBRARY.impl("histogram.bin_ct", _histogram_bin_count, "Meta")
-_LIBRARY.impl("histogram.bins_tensor", _histogram_bin_edges, "Meta")
+_KERNELS = {
+    "multi_margin_loss_backward": _like_self,  # grad_input has self's shape and dtype
+    "multilabel_margin_loss_backward": _like_self,
+    "_cummax_helper": _cumulative_extremum_helper,  # writes values and indices of self's shape
+    "_cummin_helper": _cumulative_extremum_helper,
+    "histogram.bin_ct": _histogram_bin_count,
+    "histogram.bins_tensor": _histogram_bin_edges,
+}
+
+for _name, _kernel in _KERNELS.items():
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + _name, "Meta"):
+        _LIBRARY.impl(_name, _kernel, "Meta")
