@@ -460,6 +460,8 @@ const std::vector<const char*>& lowered_ops() {
       "nll_loss_forward",
       "nll_loss_forward.output",
       "normal_",
+      "polygamma",
+      "polygamma.out",
       "pow.Scalar",
       "pow.Scalar_out",
       "pow.Tensor_Scalar",

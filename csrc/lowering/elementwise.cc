@@ -277,7 +277,6 @@ std::vector<Value> lower_tan(LoweringContext& ctx) { return chlo_unary(ctx, "tan
 std::vector<Value> lower_erf(LoweringContext& ctx) { return chlo_unary(ctx, "erf"); }
 std::vector<Value> lower_erfinv(LoweringContext& ctx) { return chlo_unary(ctx, "erf_inv"); }
 std::vector<Value> lower_lgamma(LoweringContext& ctx) { return chlo_unary(ctx, "lgamma"); }
-std::vector<Value> lower_digamma(LoweringContext& ctx) { return chlo_unary(ctx, "digamma"); }
 std::vector<Value> lower_expm1(LoweringContext& ctx) { return unary_op(ctx, "exponential_minus_one"); }
 std::vector<Value> lower_log1p(LoweringContext& ctx) { return unary_op(ctx, "log_plus_one"); }
 
@@ -508,7 +507,6 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::clamp.Tensor", &lower_clamp_tensor});
   table.push_back({"aten::copysign.Tensor", &lower_copysign});
   table.push_back({"aten::cosh", &lower_cosh});
-  table.push_back({"aten::digamma", &lower_digamma});
   table.push_back({"aten::erf", &lower_erf});
   table.push_back({"aten::erfinv", &lower_erfinv});
   table.push_back({"aten::exp2", &lower_exp2});

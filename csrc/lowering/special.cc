@@ -358,11 +358,127 @@ std::vector<Value> lower_logcumsumexp(LoweringContext& ctx) {
   return {finish(ctx, scan)};
 }
 
+// ---- Polygamma ----------------------------------------------------------------------------------------
+
+// Bernoulli numbers B_2, B_4, ..., B_24 (Abramowitz & Stegun, Table 23.2).
+const std::vector<double> kBernoulli = {1.0 / 6,        -1.0 / 30,         1.0 / 42,          -1.0 / 30,
+                                        5.0 / 66,       -691.0 / 2730,     7.0 / 6,           -3617.0 / 510,
+                                        43867.0 / 798,  -174611.0 / 330,   854513.0 / 138,    -236364091.0 / 2730};
+
+double factorial(int64_t n) {
+  double f = 1;
+  for (int64_t i = 2; i <= n; ++i) f *= static_cast<double>(i);
+  return f;
+}
+
+// psi^(n)(y) for large y by its asymptotic expansion (A&S 6.3.18 for n = 0, 6.4.11 for n >= 1). At
+// y >= 10 + n the twelve Bernoulli terms leave an error below float64's rounding.
+Value polygamma_asymptotic(const Math& m, int64_t n, Value y) {
+  Value t = m.div(m.c(1), y);
+  Value t2 = m.mul(t, t);
+  std::vector<double> coefficients;
+  if (n == 0) {
+    for (size_t k = 1; k <= kBernoulli.size(); ++k) coefficients.push_back(kBernoulli[k - 1] / (2.0 * static_cast<double>(k)));
+    Value series = m.mul(t2, m.polynomial(t2, coefficients));
+    return m.sub(m.sub(m.log(y), m.mul(m.c(0.5), t)), series);
+  }
+  // Relative to the leading term (n-1)!/y^n, the k-th term is B_2k * C(2k + n - 1, 2k) / y^2k.
+  double binomial = 1;
+  for (size_t k = 1; k <= kBernoulli.size(); ++k) {
+    const double j = 2.0 * static_cast<double>(k);
+    const double nn = static_cast<double>(n);
+    binomial *= (j + nn - 2) * (j + nn - 1) / ((j - 1) * j);
+    coefficients.push_back(kBernoulli[k - 1] * binomial);
+  }
+  Value series = m.add(m.add(m.c(1), m.mul(m.c(0.5 * static_cast<double>(n)), t)), m.mul(t2, m.polynomial(t2, coefficients)));
+  Value leading = m.mul(m.c((n % 2 ? 1.0 : -1.0) * factorial(n - 1)), m.g.binary("power", t, m.c(static_cast<double>(n))));
+  return m.mul(leading, series);
+}
+
+// d^n/dx^n cot(pi x) = pi^n P_n(cot(pi x)), with P_0(c) = c and P_{k+1} = -(1 + c^2) P_k'. Coefficients of
+// P_n, lowest power first.
+std::vector<double> cot_derivative_polynomial(int64_t n) {
+  std::vector<double> p = {0, 1};
+  for (int64_t k = 0; k < n; ++k) {
+    std::vector<double> derivative(p.size() > 1 ? p.size() - 1 : 1, 0.0);
+    for (size_t i = 1; i < p.size(); ++i) derivative[i - 1] = static_cast<double>(i) * p[i];
+    std::vector<double> next(derivative.size() + 2, 0.0);
+    for (size_t i = 0; i < derivative.size(); ++i) {
+      next[i] -= derivative[i];
+      next[i + 2] -= derivative[i];
+    }
+    p = next;
+  }
+  return p;
+}
+
+// psi^(n)(x), the n-th derivative of digamma, with CPU PyTorch's conventions at the poles (x a non-positive
+// integer): digamma gives -inf at +0, +inf at -0 and NaN at negative integers; n >= 1 gives +inf for odd n
+// and -inf for even n. Negative x reflect (A&S 6.4.7: psi^(n)(x) = (-1)^n psi^(n)(1 - x) - pi d^n/dx^n
+// cot(pi x)); then the recurrence psi^(n)(y) = psi^(n)(y + 1) + (-1)^(n+1) n! / y^(n+1) moves y up to
+// where the asymptotic expansion is accurate.
+Value polygamma(const Math& m, int64_t n, Value x) {
+  Graph& g = m.g;
+  Value zero = m.c(0);
+  Value reflect = m.lt(x, zero);
+  Value y = m.select(reflect, m.sub(m.c(1), x), x);
+  const double threshold = 10.0 + static_cast<double>(n);
+  const double term_scale = (n % 2 ? 1.0 : -1.0) * factorial(n);
+  auto state = g.while_loop(
+      {g.constant_int(0, DType::kI64), y, zero},
+      [&](const std::vector<Value>& s) {
+        return std::vector<Value>{
+            g.compare(s[0], g.constant_int(static_cast<int64_t>(threshold), DType::kI64), Comparison::kLT)};
+      },
+      [&](const std::vector<Value>& s) {
+        Value below = m.lt(s[1], m.c(threshold));
+        Value term = n == 0 ? m.div(m.c(-1), s[1])
+                            : m.mul(m.c(term_scale), g.binary("power", s[1], m.c(-static_cast<double>(n + 1))));
+        return std::vector<Value>{g.binary("add", s[0], g.constant_int(1, DType::kI64)),
+                                  m.select(below, m.add(s[1], m.c(1)), s[1]),
+                                  m.select(below, m.add(s[2], term), s[2])};
+      });
+  Value positive = m.add(state[2], polygamma_asymptotic(m, n, state[1]));
+  // cot(pi x) from r, x's distance to the nearest integer (exact), so the arguments stay small. Past
+  // |r| = 1/4, cos(pi r) is taken as sin(pi (1/2 - |r|)), whose argument is exact too: at half-integers
+  // the cotangent is then exactly 0.
+  Value r = m.sub(x, m.round(x));
+  Value abs_r = m.abs(r);
+  Value cos_pi_r = m.select(m.le(abs_r, m.c(0.25)), m.cos(m.mul(m.c(kPi), r)), m.sin(m.mul(m.c(kPi), m.sub(m.c(0.5), abs_r))));
+  Value cot = m.div(cos_pi_r, m.sin(m.mul(m.c(kPi), r)));
+  Value cot_term = m.mul(m.c(std::pow(kPi, static_cast<double>(n + 1))), m.polynomial(cot, cot_derivative_polynomial(n)));
+  if (n == 1) {
+    // CPU's trigamma reflects with pi^2 / sin^2(pi x), pi x rounded in the input's precision, which for
+    // float32 moves the result by up to ~1e-4 relative (at |x| ~ 10) from the exact value; matching CPU
+    // takes the same rounding.
+    Value sin_pi_x = m.sin(m.mul(m.c(kPi), x));
+    cot_term = m.neg(m.div(m.c(kPi * kPi), m.mul(sin_pi_x, sin_pi_x)));
+  }
+  Value reflected = m.sub(n % 2 ? m.neg(positive) : positive, cot_term);
+  Value result = m.select(reflect, reflected, positive);
+  Value pole = m.both(m.le(x, zero), m.eq(x, m.floor(x)));
+  Value pole_value = n == 0 ? m.select(m.eq(x, zero), m.div(m.c(-1), x), m.c(kNaN)) : m.c(n % 2 ? kInf : -kInf);
+  result = m.select(pole, pole_value, result);
+  // CPU's conventions at the infinities the formulas above do not reach: its trigamma gives NaN at -inf,
+  // its higher orders (through the Hurwitz zeta function) NaN at +inf.
+  if (n == 1) result = m.select(m.eq(x, m.c(-kInf)), m.c(kNaN), result);
+  if (n >= 2) result = m.select(m.eq(x, m.c(kInf)), m.c(kNaN), result);
+  return result;
+}
+
+// polygamma(n, self)
+std::vector<Value> lower_polygamma(LoweringContext& ctx) {
+  return {finish(ctx, polygamma(math(ctx), ctx.integer(0), operand(ctx, 1)))};
+}
+
+std::vector<Value> lower_digamma(LoweringContext& ctx) { return {finish(ctx, polygamma(math(ctx), 0, operand(ctx, 0)))}; }
+
 }  // namespace
 
 void add_special_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_logcumsumexp", &lower_logcumsumexp});
   table.push_back({"aten::angle", &lower_angle});
+  table.push_back({"aten::digamma", &lower_digamma});
   table.push_back({"aten::erfc", &lower_erfc});
   table.push_back({"aten::floor_divide", &lower_floor_divide});
   table.push_back({"aten::fmax", &lower_fmax});
@@ -373,6 +489,7 @@ void add_special_rules(std::vector<Rule>& table) {
   table.push_back({"aten::logit", &lower_logit});
   table.push_back({"aten::logit_backward", &lower_logit_backward});
   table.push_back({"aten::nextafter", &lower_nextafter});
+  table.push_back({"aten::polygamma", &lower_polygamma});
   table.push_back({"aten::rsub.Tensor", &lower_rsub});
   table.push_back({"aten::signbit", &lower_signbit});
   table.push_back({"aten::sinc", &lower_sinc});
