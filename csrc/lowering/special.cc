@@ -666,6 +666,96 @@ std::vector<Value> lower_legendre_p(LoweringContext& ctx) {
   return {finish(ctx, m.select(cases.n_negative(), m.c(0), r))};
 }
 
+// ---- Error-function relatives ---------------------------------------------------------------------------
+
+Value erfc(const Math& m, Value x) { return m.g.chlo("erfc", {x}, m.g.type(x)); }
+Value erf(const Math& m, Value x) { return m.g.chlo("erf", {x}, m.g.type(x)); }
+
+// exp(x^2) without the rounding of x^2: x = high + low with `high` keeping half the mantissa, so high^2 is
+// exact and x^2 = high^2 + low (x + high) splits into an exact part and a small one.
+Value exp_of_square(const Math& m, Value x) {
+  Graph& g = m.g;
+  const bool wide = m.dtype == DType::kF64;
+  const DType bits_type = wide ? DType::kI64 : DType::kI32;
+  const int64_t low_bits = wide ? 27 : 12;
+  Value bits = g.bitcast_convert(x, Type{bits_type, m.dims});
+  Value mask = g.constant_int(~((int64_t{1} << low_bits) - 1), bits_type, m.dims);
+  Value high = g.bitcast_convert(g.binary("and", bits, mask), Type{m.dtype, m.dims});
+  Value low = m.sub(x, high);
+  return m.mul(m.exp(m.mul(high, high)), m.exp(m.mul(low, m.add(x, high))));
+}
+
+// erfcx(x) = exp(x^2) erfc(x). Below 9 directly (with an exact square); from 9 on, where erfc underflows in
+// float32, by the asymptotic series 1/(x sqrt(pi)) sum_k (-1)^k (2k-1)!! / (2x^2)^k (A&S 7.1.23), whose
+// 20 terms leave an error below 1e-20 there.
+Value erfcx(const Math& m, Value x) {
+  std::vector<double> coefficients = {1.0};
+  double double_factorial = 1;
+  for (int k = 1; k <= 20; ++k) {
+    double_factorial *= 2.0 * k - 1;
+    coefficients.push_back((k % 2 ? -1.0 : 1.0) * double_factorial);
+  }
+  Value u = m.div(m.c(0.5), m.mul(x, x));
+  Value asymptotic = m.div(m.polynomial(u, coefficients), m.mul(x, m.c(std::sqrt(kPi))));
+  Value direct = m.mul(exp_of_square(m, x), erfc(m, x));
+  return m.select(m.ge(x, m.c(9)), asymptotic, direct);
+}
+
+std::vector<Value> lower_erfcx(LoweringContext& ctx) { return {finish(ctx, erfcx(math(ctx), operand(ctx, 0)))}; }
+
+// log Phi(x) for the standard normal CDF Phi, through erfcx, valid for every x that is not large positive:
+// log(erfcx(-x / sqrt 2) / 2) - x^2 / 2.
+Value log_ndtr_through_erfcx(const Math& m, Value x) {
+  Value e = erfcx(m, m.mul(x, m.c(-1 / std::sqrt(2.0))));
+  return m.sub(m.log(m.mul(e, m.c(0.5))), m.mul(m.mul(x, x), m.c(0.5)));
+}
+
+// log_ndtr(x): through erfcx below -1 (where Phi underflows), log1p(-erfc(x / sqrt 2) / 2) above.
+std::vector<Value> lower_log_ndtr(LoweringContext& ctx) {
+  Math m = math(ctx);
+  Value x = operand(ctx, 0);
+  Value upper = m.log1p(m.mul(erfc(m, m.mul(x, m.c(1 / std::sqrt(2.0)))), m.c(-0.5)));
+  return {finish(ctx, m.select(m.lt(x, m.c(-1)), log_ndtr_through_erfcx(m, x), upper))};
+}
+
+// ndtri(p), the inverse of Phi. With q = min(p, 1 - p) (exact), the lower-tail root x <= 0 of Phi(x) = q
+// is found by Newton's method from a first guess, and mirrored for p > 1/2:
+// - q > 1/4: guess sqrt(2) erfinv(2p - 1), refined on erf(x / sqrt 2) = 2p - 1 (2p - 1 is exact there, so
+//   results near p = 1/2 keep their relative accuracy);
+// - q <= 1/4: guess from A&S 26.2.23 (error < 4.5e-4), refined on log Phi(x) = log q, whose slope
+//   phi/Phi = 1 / (sqrt(pi/2) erfcx(-x / sqrt 2)) stays representable far into the tail.
+std::vector<Value> lower_ndtri(LoweringContext& ctx) {
+  Math m = math(ctx);
+  Value p = operand(ctx, 0);
+  Value upper_half = m.gt(p, m.c(0.5));
+  Value q = m.select(upper_half, m.sub(m.c(1), p), p);
+  // Central region, in terms of the upper-half value directly: erf(x / sqrt 2) = 2p - 1.
+  Value target = m.sub(m.add(p, p), m.c(1));
+  Value central = m.mul(m.g.chlo("erf_inv", {target}, m.g.type(target)), m.c(std::sqrt(2.0)));
+  for (int i = 0; i < 2; ++i) {
+    Value residual = m.sub(erf(m, m.mul(central, m.c(1 / std::sqrt(2.0)))), target);
+    Value slope = m.mul(m.c(std::sqrt(2 / kPi)), m.exp(m.mul(m.mul(central, central), m.c(-0.5))));
+    central = m.sub(central, m.div(residual, slope));
+  }
+  // Tail region.
+  Value t = m.sqrt(m.mul(m.c(-2), m.log(q)));
+  Value numerator = m.polynomial(t, {2.515517, 0.802853, 0.010328});
+  Value denominator = m.polynomial(t, {1.0, 1.432788, 0.189269, 0.001308});
+  Value tail = m.neg(m.sub(t, m.div(numerator, denominator)));
+  Value log_q = m.log(q);
+  for (int i = 0; i < 4; ++i) {
+    Value residual = m.sub(log_ndtr_through_erfcx(m, tail), log_q);
+    Value inverse_slope = m.mul(m.c(std::sqrt(kPi / 2)), erfcx(m, m.mul(tail, m.c(-1 / std::sqrt(2.0)))));
+    tail = m.sub(tail, m.mul(residual, inverse_slope));
+  }
+  tail = m.select(upper_half, m.neg(tail), tail);
+  Value r = m.select(m.gt(q, m.c(0.25)), central, tail);
+  r = m.select(m.eq(p, m.c(0)), m.c(-kInf), r);
+  r = m.select(m.eq(p, m.c(1)), m.c(kInf), r);
+  r = m.select(m.eq(p, m.c(0.5)), m.c(0), r);
+  return {finish(ctx, m.select(m.either(m.lt(p, m.c(0)), m.gt(p, m.c(1))), m.c(kNaN), r))};
+}
+
 }  // namespace
 
 void add_special_rules(std::vector<Rule>& table) {
@@ -693,10 +783,13 @@ void add_special_rules(std::vector<Rule>& table) {
   table.push_back({"aten::special_chebyshev_polynomial_v", &lower_chebyshev_v});
   table.push_back({"aten::special_chebyshev_polynomial_w", &lower_chebyshev_w});
   table.push_back({"aten::special_entr", &lower_entr});
+  table.push_back({"aten::special_erfcx", &lower_erfcx});
   table.push_back({"aten::special_hermite_polynomial_h", &lower_hermite_h});
   table.push_back({"aten::special_hermite_polynomial_he", &lower_hermite_he});
   table.push_back({"aten::special_laguerre_polynomial_l", &lower_laguerre_l});
   table.push_back({"aten::special_legendre_polynomial_p", &lower_legendre_p});
+  table.push_back({"aten::special_log_ndtr", &lower_log_ndtr});
+  table.push_back({"aten::special_ndtri", &lower_ndtri});
   table.push_back({"aten::special_shifted_chebyshev_polynomial_t", &lower_shifted_chebyshev_t});
   table.push_back({"aten::special_shifted_chebyshev_polynomial_u", &lower_shifted_chebyshev_u});
   table.push_back({"aten::special_shifted_chebyshev_polynomial_v", &lower_shifted_chebyshev_v});
