@@ -756,6 +756,109 @@ std::vector<Value> lower_ndtri(LoweringContext& ctx) {
   return {finish(ctx, m.select(m.either(m.lt(p, m.c(0)), m.gt(p, m.c(1))), m.c(kNaN), r))};
 }
 
+// ---- Modified Bessel functions I and K of orders 0 and 1 ---------------------------------------------
+
+constexpr double kEulerGamma = 0.57721566490153286061;
+
+// Hankel's asymptotic coefficients a_k(nu) = prod_{j=1..k} (4 nu^2 - (2j - 1)^2) / (k! 8^k) (A&S 9.7.1-2),
+// k = 0..count-1, with (-1)^k folded in when `alternate`.
+std::vector<double> hankel_coefficients(int nu, int count, bool alternate) {
+  std::vector<double> a = {1.0};
+  for (int k = 1; k < count; ++k) {
+    const double odd = 2.0 * k - 1;
+    a.push_back(a.back() * (4.0 * nu * nu - odd * odd) / (8.0 * k) * (alternate ? -1.0 : 1.0));
+  }
+  return a;
+}
+
+// sum_k (a^2/4)^k / (k! (k + nu)!) times (a/2)^nu: the power series of I_nu (A&S 9.6.10); 40 terms reach
+// float64 precision up to a = 20. Nested by the ratio of successive terms, z / (k (k + nu)), so that no
+// coefficient underflows in float32.
+Value bessel_i_series(const Math& m, int nu, Value a) {
+  Value z = m.mul(m.mul(a, a), m.c(0.25));
+  Value series = m.c(1);
+  for (int k = 40; k >= 1; --k) series = m.add(m.c(1), m.mul(series, m.mul(z, m.c(1.0 / (k * (k + nu))))));
+  if (nu == 0) return series;
+  return m.mul(series, m.mul(a, m.c(0.5)));
+}
+
+// The large-argument threshold: past 20 the 25-term Hankel expansions of I and K are below float64's
+// rounding (their smallest term is about e^-2x).
+constexpr double kHankelThreshold = 20;
+
+// I_nu(a) for a = |x|, or e^-a I_nu(a) when `scaled`: the power series up to 20, Hankel's expansion
+// e^a / sqrt(2 pi a) sum_k (-1)^k a_k / a^k (A&S 9.7.1) beyond.
+Value bessel_i(const Math& m, int nu, Value a, bool scaled) {
+  Value series = bessel_i_series(m, nu, a);
+  if (scaled) series = m.mul(series, m.exp(m.neg(a)));
+  Value front = m.div(m.polynomial(m.div(m.c(1), a), hankel_coefficients(nu, 25, true)), m.sqrt(m.mul(a, m.c(2 * kPi))));
+  Value asymptotic = front;
+  if (!scaled) {
+    // e^(a/2) twice, so the product overflows only where I itself does.
+    Value half = m.exp(m.mul(a, m.c(0.5)));
+    // CPU gives NaN at infinity (its e^a / sqrt(a) is inf / inf); so does this.
+    asymptotic = m.select(m.eq(a, m.c(kInf)), m.c(kNaN), m.mul(m.mul(half, front), half));
+  }
+  return m.select(m.le(a, m.c(kHankelThreshold)), series, asymptotic);
+}
+
+// I_nu(x) of a signed x: I_0 is even, I_1 odd.
+Value bessel_i_signed(const Math& m, int nu, Value x, bool scaled) {
+  Value r = bessel_i(m, nu, m.abs(x), scaled);
+  return nu == 1 ? m.select(m.lt(x, m.c(0)), m.neg(r), r) : r;
+}
+
+// K_nu(x), or e^x K_nu(x) when `scaled`, for nu in {0, 1}:
+// - x <= 1: the series A&S 9.6.13 (nu = 0) and 9.6.11 (nu = 1) around the logarithmic singularity;
+// - 1 < x <= 20: the trapezoidal rule on e^x K_nu(x) = int_0^inf exp(-x (cosh t - 1)) cosh(nu t) dt
+//   (A&S 9.6.24), whose integrand decays double-exponentially: step 1/8 up to t = 5 is exact to
+//   float64 rounding there;
+// - x > 20: Hankel's expansion sqrt(pi / 2x) e^-x sum_k a_k / x^k (A&S 9.7.2).
+// K is infinite at 0 and NaN for negative x.
+Value bessel_k(const Math& m, int nu, Value x, bool scaled) {
+  Value z = m.mul(m.mul(x, x), m.c(0.25));
+  Value log_half_x = m.log(m.mul(x, m.c(0.5)));
+  std::vector<double> coefficients;
+  double harmonic = 0;  // H_k
+  for (int k = 0; k <= 20; ++k) {
+    if (k > 0) harmonic += 1.0 / k;
+    const double psi_sum = nu == 0 ? harmonic : 2 * (harmonic - kEulerGamma) + 1.0 / (k + 1);  // psi(k+1) + psi(k+2)
+    coefficients.push_back(psi_sum / (factorial(k) * factorial(k + nu)));
+  }
+  Value sum = m.polynomial(z, coefficients);
+  Value series = nu == 0 ? m.add(m.mul(m.neg(m.add(log_half_x, m.c(kEulerGamma))), bessel_i_series(m, 0, x)), sum)
+                         : m.sub(m.add(m.div(m.c(1), x), m.mul(log_half_x, bessel_i_series(m, 1, x))),
+                                 m.mul(m.mul(x, m.c(0.25)), sum));
+  if (scaled) series = m.mul(series, m.exp(x));
+
+  const double step = 0.125;
+  Value integral = m.c(0);
+  for (int j = 0; j <= 40; ++j) {
+    const double t = step * j;
+    const double weight = (j == 0 ? step / 2 : step) * std::cosh(nu * t);
+    integral = m.add(integral, m.mul(m.c(weight), m.exp(m.mul(x, m.c(-(std::cosh(t) - 1))))));
+  }
+  Value asymptotic = m.mul(m.polynomial(m.div(m.c(1), x), hankel_coefficients(nu, 25, false)),
+                           m.sqrt(m.div(m.c(kPi / 2), x)));
+  if (!scaled) {
+    Value decay = m.exp(m.neg(x));
+    integral = m.mul(integral, decay);
+    asymptotic = m.mul(asymptotic, decay);
+  }
+  Value r = m.select(m.le(x, m.c(1)), series, m.select(m.le(x, m.c(kHankelThreshold)), integral, asymptotic));
+  r = m.select(m.eq(x, m.c(0)), m.c(kInf), r);
+  return m.select(m.lt(x, m.c(0)), m.c(kNaN), r);
+}
+
+std::vector<Value> lower_i0(LoweringContext& ctx) { return {finish(ctx, bessel_i_signed(math(ctx), 0, operand(ctx, 0), false))}; }
+std::vector<Value> lower_i0e(LoweringContext& ctx) { return {finish(ctx, bessel_i_signed(math(ctx), 0, operand(ctx, 0), true))}; }
+std::vector<Value> lower_i1(LoweringContext& ctx) { return {finish(ctx, bessel_i_signed(math(ctx), 1, operand(ctx, 0), false))}; }
+std::vector<Value> lower_i1e(LoweringContext& ctx) { return {finish(ctx, bessel_i_signed(math(ctx), 1, operand(ctx, 0), true))}; }
+std::vector<Value> lower_k0(LoweringContext& ctx) { return {finish(ctx, bessel_k(math(ctx), 0, operand(ctx, 0), false))}; }
+std::vector<Value> lower_k1(LoweringContext& ctx) { return {finish(ctx, bessel_k(math(ctx), 1, operand(ctx, 0), false))}; }
+std::vector<Value> lower_k0e(LoweringContext& ctx) { return {finish(ctx, bessel_k(math(ctx), 0, operand(ctx, 0), true))}; }
+std::vector<Value> lower_k1e(LoweringContext& ctx) { return {finish(ctx, bessel_k(math(ctx), 1, operand(ctx, 0), true))}; }
+
 }  // namespace
 
 void add_special_rules(std::vector<Rule>& table) {
@@ -768,6 +871,7 @@ void add_special_rules(std::vector<Rule>& table) {
   table.push_back({"aten::fmin", &lower_fmin});
   table.push_back({"aten::frexp.Tensor", &lower_frexp});
   table.push_back({"aten::heaviside", &lower_heaviside});
+  table.push_back({"aten::i0", &lower_i0});
   table.push_back({"aten::logaddexp2", &lower_logaddexp2});
   table.push_back({"aten::logit", &lower_logit});
   table.push_back({"aten::logit_backward", &lower_logit_backward});
@@ -786,10 +890,19 @@ void add_special_rules(std::vector<Rule>& table) {
   table.push_back({"aten::special_erfcx", &lower_erfcx});
   table.push_back({"aten::special_hermite_polynomial_h", &lower_hermite_h});
   table.push_back({"aten::special_hermite_polynomial_he", &lower_hermite_he});
+  table.push_back({"aten::special_i0e", &lower_i0e});
+  table.push_back({"aten::special_i1", &lower_i1});
+  table.push_back({"aten::special_i1e", &lower_i1e});
   table.push_back({"aten::special_laguerre_polynomial_l", &lower_laguerre_l});
   table.push_back({"aten::special_legendre_polynomial_p", &lower_legendre_p});
   table.push_back({"aten::special_log_ndtr", &lower_log_ndtr});
+  table.push_back({"aten::special_modified_bessel_i0", &lower_i0});
+  table.push_back({"aten::special_modified_bessel_i1", &lower_i1});
+  table.push_back({"aten::special_modified_bessel_k0", &lower_k0});
+  table.push_back({"aten::special_modified_bessel_k1", &lower_k1});
   table.push_back({"aten::special_ndtri", &lower_ndtri});
+  table.push_back({"aten::special_scaled_modified_bessel_k0", &lower_k0e});
+  table.push_back({"aten::special_scaled_modified_bessel_k1", &lower_k1e});
   table.push_back({"aten::special_shifted_chebyshev_polynomial_t", &lower_shifted_chebyshev_t});
   table.push_back({"aten::special_shifted_chebyshev_polynomial_u", &lower_shifted_chebyshev_u});
   table.push_back({"aten::special_shifted_chebyshev_polynomial_v", &lower_shifted_chebyshev_v});
