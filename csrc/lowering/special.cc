@@ -697,7 +697,7 @@ Value erfcx(const Math& m, Value x) {
   }
   Value u = m.div(m.c(0.5), m.mul(x, x));
   Value asymptotic = m.div(m.polynomial(u, coefficients), m.mul(x, m.c(std::sqrt(kPi))));
-  Value direct = m.mul(exp_of_square(m, x), erfc(m, x));
+  Value direct = m.select(m.eq(x, m.c(-kInf)), m.c(kInf), m.mul(exp_of_square(m, x), erfc(m, x)));
   return m.select(m.ge(x, m.c(9)), asymptotic, direct);
 }
 
