@@ -6,7 +6,7 @@ generator are registered by the C++ extension ``torchtpu._C`` when it loads.
 """
 import torch
 
-from torchtpu import _C, _plugin, _printing
+from torchtpu import _C, _meta_kernels, _plugin, _printing  # noqa: F401  (_meta_kernels registers on import)
 
 _C._set_plugin_candidates(_plugin.candidates())
 torch.utils.rename_privateuse1_backend("tpu")
