@@ -651,6 +651,8 @@ const std::vector<const char*>& lowered_ops() {
       "special_spherical_bessel_j0.out",
       "special_xlog1py",
       "special_xlog1py.out",
+      "special_zeta",
+      "special_zeta.out",
       "sqrt",
       "sqrt.out",
       "sqrt_",

@@ -1006,6 +1006,65 @@ std::vector<Value> lower_spherical_bessel_j0(LoweringContext& ctx) {
   return {finish(ctx, m.select(m.eq(m.abs(x), m.c(kInf)), m.c(0), r))};  // the limit, where sin(x)/x is NaN
 }
 
+// ---- Hurwitz zeta ---------------------------------------------------------------------------------------
+
+// zeta(x, q) = sum_k (q + k)^-x, with CPU's conventions: inf at x == 1, NaN for x < 1, inf at
+// non-positive integer q, NaN for other q <= 0 unless x is an integer. The first terms are summed
+// directly until q + N > 9 (at least nine of them, as CPU), the rest by the Euler-Maclaurin formula at
+// a = q + N with twelve Bernoulli terms (A&S 23.1.30):
+//   a^-x / 2 + a^(1-x) / (x - 1) + sum_j B_2j / (2j)! x (x+1) ... (x+2j-2) a^(-x-2j+1).
+Value hurwitz_zeta(const Math& m, Value x, Value q) {
+  Graph& g = m.g;
+  Value zero = m.c(0);
+  Value q_integer = m.eq(q, m.floor(q));
+  Value pole = m.both(m.le(q, zero), q_integer);
+  Value undefined = m.either(m.lt(x, m.c(1)), m.both(m.le(q, zero), m.ne(x, m.floor(x))));
+  Value skip = m.either(m.either(pole, undefined), m.eq(x, m.c(1)));
+  auto power = [&](Value base) { return g.binary("power", base, m.neg(x)); };
+  // Elements with a closed-form answer start where no direct term is needed, so the loop ends for them.
+  Value a = m.select(skip, m.c(10), q);
+  Value sum = m.c(0);
+  for (int k = 0; k < 9; ++k) {
+    sum = m.add(sum, power(a));
+    a = m.add(a, m.c(1));
+  }
+  auto state = g.while_loop(
+      {a, sum},
+      [&](const std::vector<Value>& s) {
+        Value pending = g.convert(m.le(s[0], m.c(9)), DType::kI32);
+        Value any = g.reduce(pending, g.constant_int(0, DType::kI32), dim_range(0, static_cast<int64_t>(m.dims.size())),
+                             ir::Reducer::kMax);
+        return std::vector<Value>{g.compare(any, g.constant_int(0, DType::kI32), Comparison::kGT)};
+      },
+      [&](const std::vector<Value>& s) {
+        Value pending = m.le(s[0], m.c(9));
+        return std::vector<Value>{m.select(pending, m.add(s[0], m.c(1)), s[0]),
+                                  m.select(pending, m.add(s[1], power(s[0])), s[1])};
+      });
+  a = state[0];
+  sum = state[1];
+  Value b = power(a);
+  Value inv_a = m.div(m.c(1), a);
+  Value inv_a2 = m.mul(inv_a, inv_a);
+  Value rising = m.mul(x, inv_a);  // x (x+1) ... (x+2j-2) a^-(2j-1)
+  Value corrections = m.c(0);
+  for (size_t j = 1; j <= kBernoulli.size(); ++j) {
+    corrections = m.add(corrections, m.mul(m.c(kBernoulli[j - 1] / factorial(static_cast<int64_t>(2 * j))), rising));
+    const double next = 2.0 * static_cast<double>(j);
+    rising = m.mul(m.mul(rising, inv_a2), m.mul(m.add(x, m.c(next - 1)), m.add(x, m.c(next))));
+  }
+  Value tail = m.mul(b, m.add(m.add(m.div(a, m.sub(x, m.c(1))), m.c(0.5)), corrections));
+  Value r = m.add(sum, tail);
+  r = m.select(undefined, m.c(kNaN), r);
+  r = m.select(pole, m.c(kInf), r);
+  r = m.select(m.lt(x, m.c(1)), m.c(kNaN), r);
+  return m.select(m.eq(x, m.c(1)), m.c(kInf), r);
+}
+
+std::vector<Value> lower_zeta(LoweringContext& ctx) {
+  return {finish(ctx, hurwitz_zeta(math(ctx), operand(ctx, 0), operand(ctx, 1)))};
+}
+
 }  // namespace
 
 void add_special_rules(std::vector<Rule>& table) {
@@ -1060,6 +1119,7 @@ void add_special_rules(std::vector<Rule>& table) {
   table.push_back({"aten::special_shifted_chebyshev_polynomial_w", &lower_shifted_chebyshev_w});
   table.push_back({"aten::special_spherical_bessel_j0", &lower_spherical_bessel_j0});
   table.push_back({"aten::special_xlog1py", &lower_xlog1py});
+  table.push_back({"aten::special_zeta", &lower_zeta});
 }
 
 }  // namespace torchtpu::lowering
