@@ -220,3 +220,10 @@ def test_logcumsumexp(dtype):
     tolerance = BF16 if dtype == torch.bfloat16 else F32
     check(lambda t: torch.logcumsumexp(t, 1), x, **tolerance)
     check(lambda t: torch.logcumsumexp(t, 0), x, **tolerance)
+    check(lambda t: torch.logcumsumexp(t, 0), torch.full((4, 2), 3.0, dtype=dtype), **tolerance)  # equal terms
+
+
+def test_logaddexp_of_equal_values():
+    x = torch.tensor([1.0, 5.0, -math.inf, math.inf, math.nan])
+    check(torch.logaddexp, x, x)
+    check(torch.logaddexp2, x, x)

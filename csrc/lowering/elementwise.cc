@@ -440,8 +440,12 @@ std::vector<Value> lower_logaddexp(LoweringContext& ctx) {
   Value largest = g.binary("maximum", a, b);
   Value gap = g.unary("negate", g.unary("abs", g.binary("subtract", a, b)));
   Value result = g.binary("add", largest, g.unary("log_plus_one", g.unary("exponential", gap)));
-  // Equal infinities: the gap is NaN, the answer is that infinity.
-  return {finish(ctx, g.select(g.compare(a, b, Comparison::kEQ), a, result))};
+  // Equal infinities: the gap is NaN, the answer is that infinity. (Equal finite values must not take this
+  // branch: logaddexp(a, a) = a + log 2.)
+  Value infinity = scalar_like(ctx, std::numeric_limits<double>::infinity());
+  Value equal_infinities = g.binary("and", g.compare(a, b, Comparison::kEQ),
+                                    g.compare(g.unary("abs", a), infinity, Comparison::kEQ));
+  return {finish(ctx, g.select(equal_infinities, a, result))};
 }
 
 // clamp.Tensor(self, Tensor? min, Tensor? max)

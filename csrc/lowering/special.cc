@@ -242,7 +242,7 @@ std::vector<Value> lower_nextafter(LoweringContext& ctx) {
   return {g.bitcast_convert(r, t)};
 }
 
-// logaddexp2(a, b) = max + log2(1 + 2^-|a - b|); equal arguments (infinities included) give themselves.
+// logaddexp2(a, b) = max + log2(1 + 2^-|a - b|).
 std::vector<Value> lower_logaddexp2(LoweringContext& ctx) {
   Math m = math(ctx);
   Value a = operand(ctx, 0);
@@ -250,7 +250,9 @@ std::vector<Value> lower_logaddexp2(LoweringContext& ctx) {
   const double ln2 = std::log(2.0);
   Value gap = m.mul(m.neg(m.abs(m.sub(a, b))), m.c(ln2));
   Value r = m.add(m.max(a, b), m.div(m.log1p(m.exp(gap)), m.c(ln2)));
-  return {finish(ctx, m.select(m.eq(a, b), a, r))};
+  // Equal infinities make the gap NaN; the answer is that infinity.
+  Value equal_infinities = m.both(m.eq(a, b), m.eq(m.abs(a), m.c(kInf)));
+  return {finish(ctx, m.select(equal_infinities, a, r))};
 }
 
 // softplus(self, beta, threshold): log1p(exp(beta x)) / beta, and x itself where beta x > threshold.
@@ -350,7 +352,8 @@ std::vector<Value> lower_logcumsumexp(LoweringContext& ctx) {
     Math m{g, compute, {}};
     Value gap = m.neg(m.abs(m.sub(s[0], s[1])));
     Value r = m.add(m.max(s[0], s[1]), m.log1p(m.exp(gap)));
-    return std::vector<Value>{m.select(m.eq(s[0], s[1]), s[0], r)};  // equal infinities: the gap is NaN
+    Value equal_infinities = m.both(m.eq(s[0], s[1]), m.eq(m.abs(s[0]), m.c(kInf)));  // the gap is NaN
+    return std::vector<Value>{m.select(equal_infinities, s[0], r)};
   });
   const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
                                  ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
