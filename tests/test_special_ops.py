@@ -227,3 +227,36 @@ def test_logaddexp_of_equal_values():
     x = torch.tensor([1.0, 5.0, -math.inf, math.inf, math.nan])
     check(torch.logaddexp, x, x)
     check(torch.logaddexp2, x, x)
+
+
+# ---- Zeta and incomplete gamma ---------------------------------------------------------------------
+
+def test_zeta():
+    x = torch.tensor([1.0, 0.5, 1.5, 2.0, 2.0, 3.0, 3.0, 4.5, 10.0, 30.0, 2.0, 2.5, math.nan, 2.0, 2.0],
+                     dtype=torch.float64)
+    q = torch.tensor([1.0, 1.0, 1.0, 1.0, -2.5, -7.3, 0.0, 0.3, 2.0, 1.5, 1e-3, -1.5, 1.0, -math.inf, 100.0],
+                     dtype=torch.float64)
+    check(S.zeta, x, q, rtol=1e-13, atol=0)
+    check(S.zeta, x.float(), q.float(), rtol=1e-5, atol=0)
+    check(lambda t: S.zeta(t, 3.0), x.float(), rtol=1e-5, atol=0)  # a Scalar argument
+
+
+@pytest.mark.parametrize("fn", [torch.igamma, torch.igammac], ids=lambda f: f.__name__)
+def test_incomplete_gamma(fn):
+    a = torch.tensor([0.5, 1.0, 2.0, 5.0, 10.0, 100.0, 0.1, 3.0, 50.0, 1000.0, 1e-3, 7.0, 0.0, 0.0, 2.0, -1.0,
+                      math.inf, math.inf, 2.0, math.nan], dtype=torch.float64)
+    x = torch.tensor([0.3, 1.0, 5.0, 3.0, 12.0, 95.0, 10.0, 0.01, 60.0, 1010.0, 2.0, 7.0, 1.0, 0.0, 0.0, 1.0,
+                      1.0, math.inf, math.inf, 1.0], dtype=torch.float64)
+    # CPU's float64 values are ~1e-9 from exact for large a near x (its asymptotic regime); exact values
+    # (mpmath) check float64 accuracy.
+    check(fn, a, x, rtol=1e-8, atol=1e-15)
+    check(fn, a.float(), x.float(), rtol=1e-5, atol=1e-6)
+    upper = fn is torch.igammac
+    points = [(100.0, 95.0), (50.0, 60.0), (1000.0, 1010.0), (0.5, 0.3), (3.0, 0.01)]
+    got = fn(torch.tensor([p[0] for p in points], dtype=torch.float64).to("tpu"),
+             torch.tensor([p[1] for p in points], dtype=torch.float64).to("tpu")).cpu()
+    exact = torch.tensor([float(mpmath.gammainc(p, y, mpmath.inf, regularized=True) if upper
+                                else mpmath.gammainc(p, 0, y, regularized=True)) for p, y in points],
+                         dtype=torch.float64)
+    assert_close(got, exact, rtol=1e-13, atol=0)
+    check(fn, a.bfloat16(), x.bfloat16(), **BF16)
