@@ -277,7 +277,6 @@ std::vector<Value> lower_tan(LoweringContext& ctx) { return chlo_unary(ctx, "tan
 std::vector<Value> lower_erf(LoweringContext& ctx) { return chlo_unary(ctx, "erf"); }
 std::vector<Value> lower_erfinv(LoweringContext& ctx) { return chlo_unary(ctx, "erf_inv"); }
 std::vector<Value> lower_lgamma(LoweringContext& ctx) { return chlo_unary(ctx, "lgamma"); }
-std::vector<Value> lower_digamma(LoweringContext& ctx) { return chlo_unary(ctx, "digamma"); }
 std::vector<Value> lower_expm1(LoweringContext& ctx) { return unary_op(ctx, "exponential_minus_one"); }
 std::vector<Value> lower_log1p(LoweringContext& ctx) { return unary_op(ctx, "log_plus_one"); }
 
@@ -441,8 +440,12 @@ std::vector<Value> lower_logaddexp(LoweringContext& ctx) {
   Value largest = g.binary("maximum", a, b);
   Value gap = g.unary("negate", g.unary("abs", g.binary("subtract", a, b)));
   Value result = g.binary("add", largest, g.unary("log_plus_one", g.unary("exponential", gap)));
-  // Equal infinities: the gap is NaN, the answer is that infinity.
-  return {finish(ctx, g.select(g.compare(a, b, Comparison::kEQ), a, result))};
+  // Equal infinities: the gap is NaN, the answer is that infinity. (Equal finite values must not take this
+  // branch: logaddexp(a, a) = a + log 2.)
+  Value infinity = scalar_like(ctx, std::numeric_limits<double>::infinity());
+  Value equal_infinities = g.binary("and", g.compare(a, b, Comparison::kEQ),
+                                    g.compare(g.unary("abs", a), infinity, Comparison::kEQ));
+  return {finish(ctx, g.select(equal_infinities, a, result))};
 }
 
 // clamp.Tensor(self, Tensor? min, Tensor? max)
@@ -508,7 +511,6 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::clamp.Tensor", &lower_clamp_tensor});
   table.push_back({"aten::copysign.Tensor", &lower_copysign});
   table.push_back({"aten::cosh", &lower_cosh});
-  table.push_back({"aten::digamma", &lower_digamma});
   table.push_back({"aten::erf", &lower_erf});
   table.push_back({"aten::erfinv", &lower_erfinv});
   table.push_back({"aten::exp2", &lower_exp2});

@@ -1,5 +1,5 @@
 // Softmax, log-softmax and the activation functions of torch.nn (gelu, silu, hardtanh, leaky_relu, elu,
-// hardswish, hardsigmoid, mish, threshold, hard/softshrink, glu, prelu, rrelu, logit), with their
+// hardswish, hardsigmoid, mish, threshold, hard/softshrink, glu, prelu, rrelu), with their
 // backward ops.
 //
 // Everything computes in the output's "opmath" type (float32 for 16-bit floats) and rounds once, as
@@ -442,36 +442,6 @@ std::vector<Value> lower_rrelu_with_noise(LoweringContext& ctx) {
   return {finish(ctx, g.binary("multiply", x, noise)), cast_to(g, noise, noise_type)};
 }
 
-
-// logit(self, eps?): log(x / (1 - x)), with x first clamped to [eps, 1 - eps] when eps is given
-// (binary_cross_entropy's gradient with respect to the target uses it).
-std::vector<Value> lower_logit(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
-  Value x = operand(ctx, 0);
-  if (!ctx.is_none(1)) {
-    const double eps = ctx.real(1);
-    Value low = scalar_like(ctx, eps), high = scalar_like(ctx, 1 - eps);
-    x = g.select(g.compare(x, low, Comparison::kLT), low, g.select(g.compare(x, high, Comparison::kGT), high, x));
-  }
-  return {finish(ctx, g.unary("log", g.binary("divide", x, g.binary("subtract", scalar_like(ctx, 1), x))))};
-}
-
-
-// logit_backward(grad_output, self, eps?): grad / (x (1 - x)), and 0 outside [eps, 1 - eps] when eps is
-// given.
-std::vector<Value> lower_logit_backward(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
-  Value x = operand(ctx, 1);
-  Value result = g.binary("divide", operand(ctx, 0), g.binary("multiply", x, g.binary("subtract", scalar_like(ctx, 1), x)));
-  if (!ctx.is_none(2)) {
-    const double eps = ctx.real(2);
-    Value outside = g.binary("or", g.compare(x, scalar_like(ctx, eps), Comparison::kLT),
-                             g.compare(x, scalar_like(ctx, 1 - eps), Comparison::kGT));
-    result = g.select(outside, scalar_like(ctx, 0), result);
-  }
-  return {finish(ctx, result)};
-}
-
 }  // namespace
 
 void add_nn_activation_rules(std::vector<Rule>& table) {
@@ -493,8 +463,6 @@ void add_nn_activation_rules(std::vector<Rule>& table) {
   table.push_back({"aten::hardsigmoid_backward", &lower_hardsigmoid_backward});
   table.push_back({"aten::hardswish", &lower_hardswish});
   table.push_back({"aten::hardswish_backward", &lower_hardswish_backward});
-  table.push_back({"aten::logit", &lower_logit});
-  table.push_back({"aten::logit_backward", &lower_logit_backward});
   table.push_back({"aten::mish", &lower_mish});
   table.push_back({"aten::mish_backward", &lower_mish_backward});
   table.push_back({"aten::_prelu_kernel", &lower_prelu_kernel});

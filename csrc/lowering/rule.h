@@ -80,5 +80,6 @@ void add_indexing_rules(std::vector<Rule>& table);
 void add_shape_rules(std::vector<Rule>& table);
 void add_padding_rules(std::vector<Rule>& table);
 void add_histogram_rules(std::vector<Rule>& table);
+void add_special_rules(std::vector<Rule>& table);
 
 }  // namespace torchtpu::lowering

@@ -21,6 +21,11 @@ def _cumulative_extremum_helper(self, values, indices, dim):
     indices.resize_(self.shape)
 
 
+def _logcumsumexp(self, dim):
+    torch._check(-max(self.dim(), 1) <= dim < max(self.dim(), 1), lambda: f"dim {dim} out of range")
+    return torch.empty_like(self)  # the scan keeps the input's shape and dtype
+
+
 def _histogram_outputs(self: torch.Tensor, bins: int) -> tuple[torch.Tensor, torch.Tensor]:
     torch._check(self.dtype.is_floating_point, lambda: f"torch.histogram: {self.dtype} input is not supported")
     torch._check(bins > 0, lambda: "torch.histogram(): bins must be > 0, but got " + str(bins))
@@ -47,6 +52,7 @@ _KERNELS = {
     "multilabel_margin_loss_backward": _like_self,
     "_cummax_helper": _cumulative_extremum_helper,  # writes values and indices of self's shape
     "_cummin_helper": _cumulative_extremum_helper,
+    "_logcumsumexp": _logcumsumexp,
     "histogram.bin_ct": _histogram_bin_count,
     "histogram.bins_tensor": _histogram_bin_edges,
 }
