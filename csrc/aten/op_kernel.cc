@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "aten/fallback.h"
 #include "aten/generator.h"
@@ -288,30 +289,49 @@ c10::IValue to_meta(const c10::IValue& v) {
 // output shape depends on the data (x[bool_mask], ...), so the call runs through the CPU fallback.
 struct DataDependentShape {};
 
-// Reruns a failing op on zero-filled CPU stand-ins of its arguments and throws CPU's error, if CPU raises
-// one; throws DataDependentShape if CPU accepts them. Only reached on the error path.
-void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
+// The arguments with every device tensor replaced by a zero-filled CPU tensor of its size, strides and dtype.
+std::vector<c10::IValue> cpu_stand_ins(const torch::jit::Stack& stack, size_t first) {
   auto to_cpu = [](const at::Tensor& t) {
     if (!t.defined() || t.device().is_cpu()) return t;
     return at::zeros_like(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU)));
   };
-  torch::jit::Stack cpu_stack;
+  std::vector<c10::IValue> args;
   for (size_t i = first; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
     if (v.isTensor()) {
-      cpu_stack.push_back(to_cpu(v.toTensor()));
+      args.push_back(to_cpu(v.toTensor()));
     } else if (is_tensor_list(v)) {
       std::vector<at::Tensor> elements = list_elements(v);
       for (at::Tensor& t : elements) t = to_cpu(t);
-      cpu_stack.push_back(make_list(v, elements));
+      args.push_back(make_list(v, elements));
     } else if (v.isGenerator()) {
-      cpu_stack.push_back(c10::IValue());  // a tpu generator cannot drive a CPU kernel
+      args.push_back(c10::IValue());  // a tpu generator cannot drive a CPU kernel
     } else {
-      cpu_stack.push_back(v);
+      args.push_back(v);
     }
   }
+  return args;
+}
+
+// Reruns a failing op on CPU stand-ins of its arguments and throws CPU's error, if CPU raises one; throws
+// DataDependentShape if CPU accepts them. Only reached on the error path.
+void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
+  std::vector<c10::IValue> args = cpu_stand_ins(stack, first);
+  torch::jit::Stack cpu_stack(args.begin(), args.end());
   op.callBoxed(&cpu_stack);  // throws CPU's error, which is what we want the user to see
   throw DataDependentShape{};
+}
+
+// Ops whose meta kernels describe other outputs than CPU's kernels return: in eval mode batch norm saves
+// no statistics on CPU (shape [0], the meta kernel says [C]), and for 16-bit inputs CPU keeps the saved
+// statistics in the input's dtype (the meta kernel says float32). Their outputs are shaped by running CPU
+// on stand-ins instead, so tpu returns what CPU does.
+bool shaped_on_cpu(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+      "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
+      "aten::_batch_norm_with_update"};
+  return ops.count(name) != 0;
 }
 
 lowering::Arg scalar_arg(const c10::Scalar& s) {
@@ -364,7 +384,11 @@ std::shared_ptr<CompiledOp> build(const c10::OperatorHandle& op, OpState& state,
   // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
   // meta_args keeps the meta arguments alive: out= and other mutated ones are resized by the meta kernel.
   std::vector<c10::IValue> meta_args;
-  for (size_t i = first; i < stack.size(); ++i) meta_args.push_back(to_meta(stack[i]));
+  if (shaped_on_cpu(state.name)) {
+    meta_args = cpu_stand_ins(stack, first);
+  } else {
+    for (size_t i = first; i < stack.size(); ++i) meta_args.push_back(to_meta(stack[i]));
+  }
   torch::jit::Stack meta_stack(meta_args.begin(), meta_args.end());
   try {
     op.callBoxed(&meta_stack);
