@@ -1,5 +1,7 @@
 // Losses, embedding backward, and the helpers shared by the nn rule files (nn_activation.cc,
 // nn_norm.cc, nn_conv.cc, nn_pool.cc), whose rules add_nn_rules collects.
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -56,6 +58,72 @@ Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates) {
                     "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [" + window_list +
                         "], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
                         "indices_are_sorted = false, unique_indices = false",
+                    ir::scalar_region("stablehlo.add", t.dtype))[0];
+}
+
+Value constant_vector(Graph& g, const std::vector<double>& values, DType dtype) {
+  // Other float types are rounded once from float32.
+  if (is_floating(dtype) && dtype != DType::kF32 && dtype != DType::kF64) {
+    return g.convert(constant_vector(g, values, DType::kF32), dtype);
+  }
+  std::string literal;
+  char buf[40];
+  for (size_t i = 0; i < values.size(); ++i) {
+    // Floats are spelled as their bit patterns, which MLIR reads back exactly.
+    if (dtype == DType::kF64) {
+      uint64_t bits;
+      std::memcpy(&bits, &values[i], sizeof bits);
+      std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(bits));
+    } else if (dtype == DType::kF32) {
+      const float f = static_cast<float>(values[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      std::snprintf(buf, sizeof buf, "0x%08X", bits);
+    } else {
+      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(values[i]));
+    }
+    literal += (i ? ", " : "") + std::string(buf);
+  }
+  const Type type{dtype, {static_cast<int64_t>(values.size())}};
+  return g.op("constant", {}, type, "value = dense<[" + literal + "]> : " + ir::to_mlir(type));
+}
+
+namespace {
+
+// Dimension numbers shared by take_along and add_along: every dim but `dim` is a window dim.
+std::vector<int64_t> all_but(int64_t rank, int64_t dim) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != dim) dims.push_back(d);
+  }
+  return dims;
+}
+
+}  // namespace
+
+Value take_along(Graph& g, Value x, int64_t dim, Value index) {
+  const Type t = g.type(x);
+  const int64_t count = g.type(index).dims.at(0);
+  std::vector<int64_t> slice = t.dims, result = t.dims;
+  slice[static_cast<size_t>(dim)] = 1;
+  result[static_cast<size_t>(dim)] = count;
+  Value indices = g.reshape(g.convert(index, DType::kI64), {count, 1});
+  return g.op("gather", {x, indices}, Type{t.dtype, result},
+              "dimension_numbers = #stablehlo.gather<offset_dims = " + ir::bracket_list(all_but(t.rank(), dim)) +
+                  ", collapsed_slice_dims = [" + std::to_string(dim) + "], start_index_map = [" +
+                  std::to_string(dim) + "], index_vector_dim = 1>, slice_sizes = " + ir::dense_i64_array(slice) +
+                  ", indices_are_sorted = false");
+}
+
+Value add_along(Graph& g, Value base, int64_t dim, Value index, Value updates) {
+  const Type t = g.type(base);
+  const int64_t count = g.type(index).dims.at(0);
+  Value indices = g.reshape(g.convert(index, DType::kI64), {count, 1});
+  return g.op_multi("stablehlo.scatter", {base, indices, updates}, {t},
+                    "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " +
+                        ir::bracket_list(all_but(t.rank(), dim)) + ", inserted_window_dims = [" + std::to_string(dim) +
+                        "], scatter_dims_to_operand_dims = [" + std::to_string(dim) +
+                        "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false",
                     ir::scalar_region("stablehlo.add", t.dtype))[0];
 }
 
@@ -216,6 +284,7 @@ void add_nn_rules(std::vector<Rule>& table) {
   add_nn_norm_rules(table);
   add_nn_conv_rules(table);
   add_nn_pool_rules(table);
+  add_upsample_rules(table);
 }
 
 }  // namespace torchtpu::lowering
