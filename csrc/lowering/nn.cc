@@ -1,8 +1,9 @@
-// Losses, embedding backward, and the helpers shared by the nn rule files (nn_activation.cc,
+// Losses, embedding backward, channel_shuffle, and the helpers shared by the nn rule files (nn_activation.cc,
 // nn_norm.cc, nn_conv.cc, nn_pool.cc), whose rules add_nn_rules collects.
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <string>
 
 #include "lowering/nn.h"
@@ -270,9 +271,26 @@ std::vector<Value> lower_embedding_dense_backward(LoweringContext& ctx) {
   return {g.convert(grad, result.dtype)};
 }
 
+// ---- channel_shuffle ----------------------------------------------------------------------------------
+
+// channel_shuffle(self, groups): channels [g, C/g] regrouped as [C/g, g], i.e. channel i * (C/g) + j
+// moves to j * g + i.
+std::vector<Value> lower_channel_shuffle(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type in = ctx.type_of(0);
+  const int64_t groups = ctx.integer(1);
+  std::vector<int64_t> split = in.dims;
+  split[1] = in.dims[1] / groups;
+  split.insert(split.begin() + 1, groups);
+  std::vector<int64_t> permutation = dim_range(0, static_cast<int64_t>(split.size()));
+  std::swap(permutation[1], permutation[2]);
+  return {g.reshape(g.transpose(g.reshape(ctx.tensor(0), split), permutation), in.dims)};
+}
+
 }  // namespace
 
 void add_nn_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::channel_shuffle", &lower_channel_shuffle});
   table.push_back({"aten::embedding_dense_backward", &lower_embedding_dense_backward});
   table.push_back({"aten::mse_loss", &lower_mse_loss});
   table.push_back({"aten::mse_loss_backward", &lower_mse_loss_backward});
