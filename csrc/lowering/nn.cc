@@ -303,6 +303,7 @@ void add_nn_rules(std::vector<Rule>& table) {
   add_nn_conv_rules(table);
   add_nn_pool_rules(table);
   add_upsample_rules(table);
+  add_nn_distance_rules(table);
 }
 
 }  // namespace torchtpu::lowering

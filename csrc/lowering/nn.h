@@ -13,6 +13,7 @@ void add_nn_norm_rules(std::vector<Rule>& table);
 void add_nn_conv_rules(std::vector<Rule>& table);
 void add_nn_pool_rules(std::vector<Rule>& table);
 void add_upsample_rules(std::vector<Rule>& table);
+void add_nn_distance_rules(std::vector<Rule>& table);
 
 // Reduces `x` over `dims` with `reducer` and broadcasts the result back to x's shape, so it can be
 // combined elementwise with x (the "keepdim then expand" step of softmax and the norms).
