@@ -1,5 +1,6 @@
 // Interpolation: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
-// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, and their backward ops.
+// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, and their backward ops; grid sampling
+// (grid_sampler_{2,3}d and backward) at the end of the file.
 //
 // Every mode is separable: along each spatial dim, output position o reads a few input positions
 // ("taps") with fixed weights. The tap indices and weights depend only on static sizes and scales, so
@@ -242,6 +243,338 @@ std::vector<Value> lower_upsample_nearest_exact_backward(LoweringContext& ctx) {
 std::vector<Value> lower_upsample_linear_backward(LoweringContext& ctx) { return upsample_backward(ctx, Mode::kLinear); }
 std::vector<Value> lower_upsample_cubic_backward(LoweringContext& ctx) { return upsample_backward(ctx, Mode::kCubic); }
 
+// ---- grid_sampler_2d / grid_sampler_3d ------------------------------------------------------------------
+//
+// Sampling positions come from data, so taps are computed on the device: per spatial dim, each output
+// point has 1 (nearest), 2 (bilinear) or 4 (bicubic) input positions with weights; a corner of the
+// sampling cell is one tap per dim. The input, moved to [N, spatial..., C] and flattened to rows, is read
+// with one row gather per corner; corners outside the input read 0 (a select, so no 0 * inf). The
+// backward scatter-adds grad * weight at the same rows and differentiates the weights for the grid.
+// Everything is computed in the input's dtype, bfloat16 included: PyTorch's CPU kernels do their
+// coordinate and weight arithmetic in scalar_t, and float32 arithmetic would pick other pixels near
+// cell edges.
+
+enum class GridMode { kBilinear = 0, kNearest = 1, kBicubic = 2 };
+enum class GridPadding { kZeros = 0, kBorder = 1, kReflection = 2 };
+
+struct GridTap {
+  Value index;        // i64, [N, out...], clamped into the input (read only where `inside`)
+  Value inside;       // i1
+  Value weight;       // compute dtype; invalid for nearest (weight 1)
+  Value weight_grad;  // d weight / d source coordinate; invalid for nearest
+};
+
+struct GridDim {
+  std::vector<GridTap> taps;
+  Value source_grad;  // d source coordinate / d grid coordinate
+};
+
+class GridSampler {
+ public:
+  GridSampler(Graph& g, GridMode mode, GridPadding padding, bool align_corners, DType compute)
+      : g_(g), mode_(mode), padding_(padding), align_corners_(align_corners), compute_(compute) {}
+
+  // The taps of one spatial dim of `size` for the grid coordinates `coordinate` ([N, out...]).
+  GridDim taps(Value coordinate, int64_t size) {
+    dims_ = g_.type(coordinate).dims;
+    GridDim dim;
+    // Unnormalize [-1, 1] to pixel coordinates; d/dcoordinate is the constant scale.
+    const double scale = align_corners_ ? static_cast<double>(size - 1) / 2 : static_cast<double>(size) / 2;
+    Value x = align_corners_ ? mul(div(add(coordinate, c(1)), c(2)), c(static_cast<double>(size - 1)))
+                             : div(sub(mul(add(coordinate, c(1)), c(static_cast<double>(size))), c(1)), c(2));
+    dim.source_grad = c(scale);
+    if (mode_ == GridMode::kBicubic) {
+      // Bicubic taps keep the unpadded coordinate; padding applies to each tap's integer position.
+      Value first = g_.unary("floor", x);
+      Value t = sub(x, first);
+      const Value weights[4] = {cubic_far_of(add(t, c(1))), cubic_near_of(t), cubic_near_of(sub(c(1), t)),
+                                cubic_far_of(add(sub(c(1), t), c(1)))};
+      const Value weight_grads[4] = {cubic_far_slope(add(t, c(1))), cubic_near_slope(t),
+                                     neg(cubic_near_slope(sub(c(1), t))), neg(cubic_far_slope(add(sub(c(1), t), c(1))))};
+      for (int k = 0; k < 4; ++k) {
+        Value position = pad_coordinate(add(first, c(k - 1)), size, nullptr);
+        GridTap tap = integer_tap(g_.convert(position, DType::kI64), size);  // truncation, as PyTorch casts
+        tap.weight = weights[k];
+        tap.weight_grad = weight_grads[k];
+        dim.taps.push_back(tap);
+      }
+      return dim;
+    }
+    Value padding_grad;
+    x = pad_coordinate(x, size, &padding_grad);
+    if (padding_grad.valid()) dim.source_grad = mul(dim.source_grad, padding_grad);
+    if (mode_ == GridMode::kNearest) {
+      dim.taps.push_back(integer_tap(g_.convert(g_.unary("round_nearest_even", x), DType::kI64), size));
+      return dim;
+    }
+    Value low = g_.unary("floor", x);
+    Value high = add(low, c(1));
+    GridTap near = integer_tap(g_.convert(low, DType::kI64), size);
+    GridTap far = integer_tap(g_.convert(high, DType::kI64), size);
+    near.weight = sub(high, x);
+    near.weight_grad = c(-1);
+    far.weight = sub(x, low);
+    far.weight_grad = c(1);
+    dim.taps = {near, far};
+    return dim;
+  }
+
+ private:
+  Value c(double v) { return g_.constant(v, compute_, dims_); }
+  Value add(Value a, Value b) { return g_.binary("add", a, b); }
+  Value sub(Value a, Value b) { return g_.binary("subtract", a, b); }
+  Value mul(Value a, Value b) { return g_.binary("multiply", a, b); }
+  Value div(Value a, Value b) { return g_.binary("divide", a, b); }
+  Value neg(Value a) { return g_.unary("negate", a); }
+  Value less(Value a, Value b) { return g_.compare(a, b, ir::Comparison::kLT); }
+
+  GridTap integer_tap(Value index, int64_t size) {
+    Value zero = g_.constant_int(0, DType::kI64, dims_), last = g_.constant_int(size - 1, DType::kI64, dims_);
+    GridTap tap;
+    tap.inside = g_.binary("and", g_.compare(index, zero, ir::Comparison::kGE), g_.compare(index, last, ir::Comparison::kLE));
+    tap.index = g_.binary("minimum", g_.binary("maximum", index, zero), last);
+    return tap;
+  }
+
+  // PyTorch's clip: max(x, 0) then min(size - 1, .), with std::max/std::min's NaN behaviour. Sets
+  // *grad to 1 strictly inside (0, size - 1), else 0.
+  Value clip(Value x, int64_t size, Value* grad) {
+    Value limit = c(static_cast<double>(size - 1));
+    if (grad) *grad = g_.select(g_.binary("and", less(c(0), x), less(x, limit)), c(1), c(0));
+    Value low = g_.select(less(x, c(0)), c(0), x);
+    return g_.select(less(low, limit), low, limit);
+  }
+
+  // Reflects x into [twice_low / 2, twice_high / 2]; *grad gets the sign of dx'/dx.
+  Value reflect(Value x, int64_t twice_low, int64_t twice_high, Value* grad) {
+    if (twice_low == twice_high) {
+      if (grad) *grad = c(0);
+      return c(0);
+    }
+    const double low = static_cast<double>(twice_low) / 2, span = static_cast<double>(twice_high - twice_low) / 2;
+    Value shifted = sub(x, c(low));
+    Value distance = g_.unary("abs", shifted);
+    Value extra = g_.binary("remainder", distance, c(span));
+    Value flips = g_.unary("floor", div(distance, c(span)));
+    Value even = g_.compare(sub(flips, mul(c(2), g_.unary("floor", div(flips, c(2))))), c(0), ir::Comparison::kEQ);
+    if (grad) {
+      Value direction = g_.select(less(shifted, c(0)), c(-1), c(1));
+      *grad = g_.select(even, direction, neg(direction));
+    }
+    return g_.select(even, add(extra, c(low)), add(sub(c(span), extra), c(low)));
+  }
+
+  // compute_coordinates: the padding mode applied to a pixel coordinate; *grad (if asked) its derivative,
+  // left invalid for zeros padding (derivative 1).
+  Value pad_coordinate(Value x, int64_t size, Value* grad) {
+    if (padding_ == GridPadding::kBorder) return clip(x, size, grad);
+    if (padding_ == GridPadding::kReflection) {
+      Value reflect_grad, clip_grad;
+      x = align_corners_ ? reflect(x, 0, 2 * (size - 1), grad ? &reflect_grad : nullptr)
+                         : reflect(x, -1, 2 * size - 1, grad ? &reflect_grad : nullptr);
+      x = clip(x, size, grad ? &clip_grad : nullptr);
+      if (grad) *grad = mul(reflect_grad, clip_grad);
+    }
+    return x;
+  }
+
+  // Keys' cubic kernel (a = -0.75) and its slope, for |x| <= 1 and 1 < |x| < 2.
+  Value cubic_near_of(Value x) { return add(mul(mul(sub(mul(c(1.25), x), c(2.25)), x), x), c(1)); }
+  Value cubic_far_of(Value x) {
+    return sub(mul(add(mul(sub(mul(c(-0.75), x), c(-3.75)), x), c(-6)), x), c(-3));
+  }
+  Value cubic_near_slope(Value x) { return mul(sub(mul(c(3.75), x), c(4.5)), x); }
+  Value cubic_far_slope(Value x) { return add(mul(sub(mul(c(-2.25), x), c(-7.5)), x), c(-6)); }
+
+  Graph& g_;
+  GridMode mode_;
+  GridPadding padding_;
+  bool align_corners_;
+  DType compute_;
+  std::vector<int64_t> dims_;
+};
+
+// What grid_sampler_{2,3}d and its backward share: input moved to rows, the taps of every spatial dim.
+struct GridSample {
+  int64_t batch, channels;
+  std::vector<int64_t> in, out;  // spatial sizes
+  Value rows;                    // input as [N * prod(in), C], compute dtype
+  std::vector<GridDim> dims;     // per spatial dim, outermost first
+  DType compute;  // the input's dtype (see the section comment)
+};
+
+// (input, grid, interpolation_mode, padding_mode, align_corners) starting at argument `first`.
+GridSample grid_sample_setup(LoweringContext& ctx, size_t first) {
+  Graph& g = ctx.graph;
+  const Type input = ctx.type_of(first), grid = ctx.type_of(first + 1);
+  GridSample s;
+  s.compute = input.dtype;
+  s.batch = input.dims[0];
+  s.channels = input.dims[1];
+  s.in.assign(input.dims.begin() + 2, input.dims.end());
+  s.out.assign(grid.dims.begin() + 1, grid.dims.end() - 1);
+  const size_t spatial = s.in.size();
+  std::vector<int64_t> moved = {0};
+  for (size_t d = 0; d < spatial; ++d) moved.push_back(static_cast<int64_t>(d) + 2);
+  moved.push_back(1);
+  s.rows = g.reshape(g.transpose(g.convert(ctx.tensor(first), s.compute), moved), {input.numel() / s.channels, s.channels});
+  GridSampler sampler(g, static_cast<GridMode>(ctx.integer(first + 2)), static_cast<GridPadding>(ctx.integer(first + 3)),
+                      ctx.boolean(first + 4), s.compute);
+  Value coordinates = g.convert(ctx.tensor(first + 1), s.compute);
+  const int64_t last = grid.rank() - 1;
+  std::vector<int64_t> point_dims(grid.dims.begin(), grid.dims.end() - 1);
+  for (size_t d = 0; d < spatial; ++d) {
+    // The grid's last dim lists x (the innermost spatial dim) first.
+    const int64_t component = static_cast<int64_t>(spatial - 1 - d);
+    std::vector<int64_t> start(grid.dims.size(), 0), limit = grid.dims;
+    start[static_cast<size_t>(last)] = component;
+    limit[static_cast<size_t>(last)] = component + 1;
+    Value coordinate = g.reshape(g.slice(coordinates, start, limit, std::vector<int64_t>(grid.dims.size(), 1)), point_dims);
+    s.dims.push_back(sampler.taps(coordinate, s.in[d]));
+  }
+  return s;
+}
+
+// One corner of the sampling cell: a tap per dim.
+struct Corner {
+  Value row;     // [N * prod(out), 1] row of GridSample::rows
+  Value inside;  // [N, out...]
+  Value weight;  // product of the taps' weights (invalid for nearest)
+  std::vector<size_t> tap;
+};
+
+std::vector<Corner> grid_corners(Graph& g, const GridSample& s) {
+  std::vector<int64_t> extent;
+  for (const GridDim& d : s.dims) extent.push_back(static_cast<int64_t>(d.taps.size()));
+  std::vector<int64_t> point_dims = {s.batch};
+  point_dims.insert(point_dims.end(), s.out.begin(), s.out.end());
+  const Type index_type{DType::kI64, point_dims};
+  int64_t plane = 1;
+  for (int64_t v : s.in) plane *= v;
+  std::vector<Corner> corners;
+  std::vector<int64_t> tap(extent.size(), 0);
+  while (true) {
+    Corner corner;
+    Value row = g.binary("multiply", g.iota(index_type, 0), g.constant_int(plane, DType::kI64, point_dims));
+    int64_t stride = plane;
+    for (size_t d = 0; d < s.dims.size(); ++d) {
+      const GridTap& t = s.dims[d].taps[static_cast<size_t>(tap[d])];
+      stride /= s.in[d];
+      row = g.binary("add", row, g.binary("multiply", t.index, g.constant_int(stride, DType::kI64, point_dims)));
+      corner.inside = corner.inside.valid() ? g.binary("and", corner.inside, t.inside) : t.inside;
+      corner.tap.push_back(static_cast<size_t>(tap[d]));
+    }
+    // Weights multiply innermost dim first (x * y * z), PyTorch's order.
+    for (size_t d = s.dims.size(); d-- > 0;) {
+      const GridTap& t = s.dims[d].taps[static_cast<size_t>(tap[d])];
+      if (t.weight.valid()) corner.weight = corner.weight.valid() ? g.binary("multiply", corner.weight, t.weight) : t.weight;
+    }
+    corner.row = g.reshape(row, {g.type(row).numel(), 1});
+    corners.push_back(corner);
+    size_t d = extent.size();
+    while (d > 0 && ++tap[d - 1] == extent[d - 1]) tap[--d] = 0;
+    if (d == 0) return corners;
+  }
+}
+
+// [N, out..., C] dims of per-point channel vectors.
+std::vector<int64_t> point_channel_dims(const GridSample& s) {
+  std::vector<int64_t> dims = {s.batch};
+  dims.insert(dims.end(), s.out.begin(), s.out.end());
+  dims.push_back(s.channels);
+  return dims;
+}
+
+// The values at a corner, [N, out..., C], 0 outside the input.
+Value corner_values(Graph& g, const GridSample& s, const Corner& corner) {
+  const std::vector<int64_t> dims = point_channel_dims(s);
+  const int64_t points = g.type(corner.row).dims[0];
+  Value values = g.op("gather", {s.rows, corner.row}, Type{s.compute, {points, s.channels}},
+                      "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
+                      "start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1, " +
+                          std::to_string(s.channels) + ">, indices_are_sorted = false");
+  values = g.reshape(values, dims);
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  Value inside = g.broadcast_in_dim(corner.inside, dims, dim_range(0, rank - 1));
+  return g.select(inside, values, g.constant(0, s.compute, dims));
+}
+
+Value per_channel(Graph& g, Value point_value, const std::vector<int64_t>& dims) {
+  return g.broadcast_in_dim(point_value, dims, dim_range(0, static_cast<int64_t>(dims.size()) - 1));
+}
+
+// [N, out..., C] back to the NCHW layout [N, C, out...].
+Value channels_first(Graph& g, Value x) {
+  const int64_t rank = g.type(x).rank();
+  std::vector<int64_t> order = {0, rank - 1};
+  for (int64_t d = 1; d < rank - 1; ++d) order.push_back(d);
+  return g.transpose(x, order);
+}
+
+// grid_sampler_{2,3}d(input, grid, interpolation_mode, padding_mode, align_corners)
+std::vector<Value> lower_grid_sampler(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const GridSample s = grid_sample_setup(ctx, 0);
+  const std::vector<int64_t> dims = point_channel_dims(s);
+  Value total;
+  for (const Corner& corner : grid_corners(g, s)) {
+    Value term = corner_values(g, s, corner);
+    if (corner.weight.valid()) term = g.binary("multiply", term, per_channel(g, corner.weight, dims));
+    total = total.valid() ? g.binary("add", total, term) : term;
+  }
+  return {g.convert(channels_first(g, total), ctx.outputs.at(0).dtype)};
+}
+
+// grid_sampler_{2,3}d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+// output_mask) -> (grad_input, grad_grid)
+std::vector<Value> lower_grid_sampler_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const GridSample s = grid_sample_setup(ctx, 1);
+  const std::vector<int64_t> dims = point_channel_dims(s);
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> moved = {0};
+  for (int64_t d = 2; d < rank; ++d) moved.push_back(d);
+  moved.push_back(1);
+  Value grad = g.transpose(g.convert(ctx.tensor(0), s.compute), moved);  // [N, out..., C]
+  const int64_t points = g.type(grad).numel() / s.channels;
+  Value grad_rows = g.constant(0, s.compute, g.type(s.rows).dims);
+  std::vector<int64_t> point_dims(dims.begin(), dims.end() - 1);
+  std::vector<Value> coordinate_grad(s.dims.size());
+  for (const Corner& corner : grid_corners(g, s)) {
+    Value share = g.select(g.broadcast_in_dim(corner.inside, dims, dim_range(0, rank - 1)), grad, g.constant(0, s.compute, dims));
+    if (corner.weight.valid()) share = g.binary("multiply", share, per_channel(g, corner.weight, dims));
+    grad_rows = scatter_add_rows(g, grad_rows, corner.row, g.reshape(share, {points, s.channels}));
+    if (!corner.weight.valid()) continue;  // nearest: the grid gets no gradient
+    // sum over channels of grad * value, times the derivative of the corner's weight along each dim.
+    Value weighted = sum_over(g, g.binary("multiply", grad, corner_values(g, s, corner)), {rank - 1});
+    for (size_t d = 0; d < s.dims.size(); ++d) {
+      Value slope;
+      for (size_t e = s.dims.size(); e-- > 0;) {
+        const GridTap& t = s.dims[e].taps[corner.tap[e]];
+        Value factor = e == d ? t.weight_grad : t.weight;
+        slope = slope.valid() ? g.binary("multiply", slope, factor) : factor;
+      }
+      Value term = g.binary("multiply", weighted, slope);
+      coordinate_grad[d] = coordinate_grad[d].valid() ? g.binary("add", coordinate_grad[d], term) : term;
+    }
+  }
+  std::vector<int64_t> input_moved = {s.batch};
+  input_moved.insert(input_moved.end(), s.in.begin(), s.in.end());
+  input_moved.push_back(s.channels);
+  Value grad_input = channels_first(g, g.reshape(grad_rows, input_moved));
+  std::vector<int64_t> component_dims = point_dims;
+  component_dims.push_back(1);
+  std::vector<Value> components;
+  for (size_t k = 0; k < s.dims.size(); ++k) {
+    const size_t d = s.dims.size() - 1 - k;  // component k is spatial dim d (x first)
+    Value value = coordinate_grad[d].valid() ? g.binary("multiply", coordinate_grad[d], s.dims[d].source_grad)
+                                             : g.constant(0, s.compute, point_dims);
+    components.push_back(g.reshape(value, component_dims));
+  }
+  Value grad_grid = g.concatenate(components, rank - 1);
+  return {g.convert(grad_input, ctx.outputs.at(0).dtype), g.convert(grad_grid, ctx.outputs.at(1).dtype)};
+}
+
 }  // namespace
 
 void add_upsample_rules(std::vector<Rule>& table) {
@@ -251,6 +584,10 @@ void add_upsample_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_upsample_nearest_exact2d_backward", &lower_upsample_nearest_exact_backward});
   table.push_back({"aten::_upsample_nearest_exact3d", &lower_upsample_nearest_exact});
   table.push_back({"aten::_upsample_nearest_exact3d_backward", &lower_upsample_nearest_exact_backward});
+  table.push_back({"aten::grid_sampler_2d", &lower_grid_sampler});
+  table.push_back({"aten::grid_sampler_2d_backward", &lower_grid_sampler_backward});
+  table.push_back({"aten::grid_sampler_3d", &lower_grid_sampler});
+  table.push_back({"aten::grid_sampler_3d_backward", &lower_grid_sampler_backward});
   table.push_back({"aten::upsample_bicubic2d", &lower_upsample_cubic});
   table.push_back({"aten::upsample_bicubic2d_backward", &lower_upsample_cubic_backward});
   table.push_back({"aten::upsample_bilinear2d", &lower_upsample_linear});
