@@ -34,9 +34,9 @@ Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates);
 Value constant_vector(Graph& g, const std::vector<double>& values, DType dtype);
 // x with dim `dim` replaced by x[..., index[k], ...] for each entry of the 1-d integer `index`.
 Value take_along(Graph& g, Value x, int64_t dim, Value index);
-// `base` with each slice k of `updates` along `dim` added at position index[k] of that dim (the inverse
-// of take_along: repeated indices accumulate).
-Value add_along(Graph& g, Value base, int64_t dim, Value index, Value updates);
+// `base` with each slice k of `updates` along `dim` combined by `reducer` (kAdd, kMul, kMax, kMin) into
+// position index[k] of that dim: with kAdd, the transpose of take_along (repeated indices accumulate).
+Value scatter_along(Graph& g, Value base, int64_t dim, Value index, Value updates, ir::Reducer reducer);
 
 // output_mask (bool[3]) of a backward op, where the kernel passes it as an int list; otherwise every
 // output is requested.

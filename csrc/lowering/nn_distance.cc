@@ -165,8 +165,8 @@ std::vector<Value> lower_pdist_backward(LoweringContext& ctx) {
   auto square = [&](Value pairs) {
     Value flat = g.constant(0, accumulate, {n * n});
     Value v = g.convert(pairs, accumulate);
-    flat = add_along(g, flat, 0, constant_vector(g, upper, DType::kI64), v);
-    flat = add_along(g, flat, 0, constant_vector(g, lower, DType::kI64), v);
+    flat = scatter_along(g, flat, 0, constant_vector(g, upper, DType::kI64), v, ir::Reducer::kAdd);
+    flat = scatter_along(g, flat, 0, constant_vector(g, lower, DType::kI64), v, ir::Reducer::kAdd);
     return g.reshape(flat, {n, n});
   };
   Value diff = row_differences(g, ctx.tensor(1), ctx.tensor(1), {}, accumulate);

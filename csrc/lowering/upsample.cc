@@ -195,7 +195,7 @@ Value spread_dim(Graph& g, Value grad, int64_t dim, const Taps& taps, int64_t in
     if (!taps.weight.empty()) {
       term = g.binary("multiply", term, g.broadcast_in_dim(constant_vector(g, taps.weight[k], t.dtype), t.dims, {dim}));
     }
-    total = add_along(g, total, dim, constant_vector(g, taps.index[k], DType::kI64), term);
+    total = scatter_along(g, total, dim, constant_vector(g, taps.index[k], DType::kI64), term, ir::Reducer::kAdd);
   }
   return total;
 }
