@@ -328,6 +328,11 @@ std::vector<Value> lower_index_reduce(LoweringContext& ctx) {
   Value index = ctx.tensor(2);
   Value source = g.convert(at_least_1d(g, ctx.tensor(3)), t.dtype);
   const std::string& reduce = ctx.text(4);
+  if (reduce != "prod" && reduce != "mean" && reduce != "amax" && reduce != "amin") {
+    // The meta kernel accepts any string; CPU's kernel raises this.
+    throw std::invalid_argument("index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got " +
+                                reduce + ".");
+  }
   const bool include_self = ctx.is_none(5) || ctx.boolean(5);
   const Combine combine = combine_of(reduce);
   std::vector<int64_t> slice_dims = t.dims;
