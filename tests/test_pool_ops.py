@@ -148,6 +148,11 @@ def test_interpolate_bf16(mode, shape, kwargs):
     check(lambda x: F.interpolate(x, mode=mode, **kwargs), [randn(*shape)], dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("kwargs", [dict(size=(3, 13)), dict(scale_factor=0.37, align_corners=True)])
+def test_interpolate_antialias(kwargs):
+    check(lambda x: F.interpolate(x, mode="bilinear", antialias=True, **kwargs), [randn(2, 3, 11, 9)], (0,))
+
+
 def test_interpolate_keeps_inf():
     # Gathered taps, not a dense weight matrix: an inf reaches only the outputs that read it.
     x = randn(1, 1, 4, 4)

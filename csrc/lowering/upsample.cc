@@ -1,5 +1,6 @@
 // Interpolation: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
-// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, and their backward ops; grid sampling
+// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, _upsample_bilinear2d_aa, and their
+// backward ops; grid sampling
 // (grid_sampler_{2,3}d and backward) at the end of the file.
 //
 // Every mode is separable: along each spatial dim, output position o reads a few input positions
@@ -20,14 +21,16 @@ namespace torchtpu::lowering {
 namespace {
 
 // Along one spatial dim: output position o reads input position index[k][o] with weight weight[k][o].
+// No taps at all: the dim is left as it is.
 struct Taps {
   std::vector<std::vector<double>> index;
   std::vector<std::vector<double>> weight;  // empty: a single tap copied as is (nearest modes)
+  std::vector<std::vector<double>> used;    // empty: every tap is used; else 1 / 0 per tap and position
 };
 
-enum class Mode { kNearest, kNearestExact, kLinear, kCubic };
+enum class Mode { kNearest, kNearestExact, kLinear, kCubic, kLinearAntialias };
 
-bool has_align_corners(Mode mode) { return mode == Mode::kLinear || mode == Mode::kCubic; }
+bool has_align_corners(Mode mode) { return mode != Mode::kNearest && mode != Mode::kNearestExact; }
 
 // Scale arguments: absent, or the user's scale factor (PyTorch ignores values <= 0).
 std::optional<double> scale_arg(const LoweringContext& ctx, size_t i) {
@@ -139,6 +142,45 @@ Taps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<doubl
   return taps;
 }
 
+// Antialiased linear (_upsample_bilinear2d_aa): when shrinking, the triangle filter widens by the scale
+// so every input pixel contributes. Output o reads the `used` positions first..first+count-1 with
+// normalized filter weights; the other taps repeat the last position and are masked out. A dim whose size
+// does not change is skipped, as PyTorch's separable kernel does.
+template <typename T>
+Taps antialias_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  Taps taps;
+  if (in == out) return taps;
+  const T ratio = area_scale<T>(in, out, align_corners, scale);
+  const T support = ratio >= T(1) ? T(1) * ratio : T(1);  // the filter's half width (1 for linear) times the scale
+  const int64_t widest = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  const T inverse = ratio >= T(1) ? T(1) / ratio : T(1);
+  taps.index.resize(static_cast<size_t>(widest));
+  taps.weight.resize(static_cast<size_t>(widest));
+  taps.used.resize(static_cast<size_t>(widest));
+  for (int64_t o = 0; o < out; ++o) {
+    const T center = ratio * (static_cast<T>(o) + T(0.5));
+    const int64_t first = std::max<int64_t>(static_cast<int64_t>(center - support + T(0.5)), 0);
+    const int64_t count = std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + T(0.5)), in) - first,
+                                              0, widest);
+    std::vector<T> weights(static_cast<size_t>(widest), T(0));
+    T total = T(0);
+    for (int64_t k = 0; k < count; ++k) {
+      const T distance = std::abs((static_cast<T>(k + first) - center + T(0.5)) * inverse);
+      weights[static_cast<size_t>(k)] = distance < T(1) ? T(1) - distance : T(0);
+      total += weights[static_cast<size_t>(k)];
+    }
+    for (int64_t k = 0; k < widest; ++k) {
+      T w = weights[static_cast<size_t>(k)];
+      if (k < count && total != T(0)) w /= total;
+      const int64_t position = first + std::min(k, std::max<int64_t>(count - 1, 0));
+      taps.index[static_cast<size_t>(k)].push_back(static_cast<double>(std::clamp<int64_t>(position, 0, in - 1)));
+      taps.weight[static_cast<size_t>(k)].push_back(static_cast<double>(w));
+      taps.used[static_cast<size_t>(k)].push_back(k < count ? 1 : 0);
+    }
+  }
+  return taps;
+}
+
 Taps make_taps(Mode mode, DType compute, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
   const bool wide = compute == DType::kF64;
   switch (mode) {
@@ -148,6 +190,9 @@ Taps make_taps(Mode mode, DType compute, int64_t in, int64_t out, bool align_cor
       return wide ? linear_taps<double>(in, out, align_corners, scale) : linear_taps<float>(in, out, align_corners, scale);
     case Mode::kCubic:
       return wide ? cubic_taps<double>(in, out, align_corners, scale) : cubic_taps<float>(in, out, align_corners, scale);
+    case Mode::kLinearAntialias:
+      return wide ? antialias_taps<double>(in, out, align_corners, scale)
+                  : antialias_taps<float>(in, out, align_corners, scale);
   }
   return {};
 }
@@ -169,15 +214,25 @@ std::vector<Taps> spatial_taps(const LoweringContext& ctx, Mode mode, bool backw
   return taps;
 }
 
+// term where tap k is used at its output position, else 0 (a select: an unused tap may read an inf).
+Value only_used(Graph& g, Value term, int64_t dim, const Taps& taps, size_t k) {
+  if (taps.used.empty()) return term;
+  const Type t = g.type(term);
+  Value used = g.compare(constant_vector(g, taps.used[k], DType::kI64), g.constant_int(0, DType::kI64, {t.dims[static_cast<size_t>(dim)]}),
+                         ir::Comparison::kNE);
+  return g.select(g.broadcast_in_dim(used, t.dims, {dim}), term, g.constant(0, t.dtype, t.dims));
+}
+
 // Resamples dim `dim` of x (of the compute dtype) through its taps.
 Value resample_dim(Graph& g, Value x, int64_t dim, const Taps& taps) {
+  if (taps.index.empty()) return x;
   Value total;
   for (size_t k = 0; k < taps.index.size(); ++k) {
     Value term = take_along(g, x, dim, constant_vector(g, taps.index[k], DType::kI64));
     if (!taps.weight.empty()) {
       const Type t = g.type(term);
       Value weight = g.broadcast_in_dim(constant_vector(g, taps.weight[k], t.dtype), t.dims, {dim});
-      term = g.binary("multiply", term, weight);
+      term = only_used(g, g.binary("multiply", term, weight), dim, taps, k);
     }
     total = total.valid() ? g.binary("add", total, term) : term;
   }
@@ -186,6 +241,7 @@ Value resample_dim(Graph& g, Value x, int64_t dim, const Taps& taps) {
 
 // The transpose of resample_dim: each output position's gradient times its weights, added at its taps.
 Value spread_dim(Graph& g, Value grad, int64_t dim, const Taps& taps, int64_t in) {
+  if (taps.index.empty()) return grad;
   const Type t = g.type(grad);
   std::vector<int64_t> dims = t.dims;
   dims[static_cast<size_t>(dim)] = in;
@@ -194,6 +250,7 @@ Value spread_dim(Graph& g, Value grad, int64_t dim, const Taps& taps, int64_t in
     Value term = grad;
     if (!taps.weight.empty()) {
       term = g.binary("multiply", term, g.broadcast_in_dim(constant_vector(g, taps.weight[k], t.dtype), t.dims, {dim}));
+      term = only_used(g, term, dim, taps, k);
     }
     total = scatter_along(g, total, dim, constant_vector(g, taps.index[k], DType::kI64), term, ir::Reducer::kAdd);
   }
@@ -234,6 +291,10 @@ std::vector<Value> lower_upsample_nearest(LoweringContext& ctx) { return upsampl
 std::vector<Value> lower_upsample_nearest_exact(LoweringContext& ctx) { return upsample(ctx, Mode::kNearestExact); }
 std::vector<Value> lower_upsample_linear(LoweringContext& ctx) { return upsample(ctx, Mode::kLinear); }
 std::vector<Value> lower_upsample_cubic(LoweringContext& ctx) { return upsample(ctx, Mode::kCubic); }
+std::vector<Value> lower_upsample_antialias(LoweringContext& ctx) { return upsample(ctx, Mode::kLinearAntialias); }
+std::vector<Value> lower_upsample_antialias_backward(LoweringContext& ctx) {
+  return upsample_backward(ctx, Mode::kLinearAntialias);
+}
 std::vector<Value> lower_upsample_nearest_backward(LoweringContext& ctx) {
   return upsample_backward(ctx, Mode::kNearest);
 }
@@ -584,6 +645,8 @@ void add_upsample_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_upsample_nearest_exact2d_backward", &lower_upsample_nearest_exact_backward});
   table.push_back({"aten::_upsample_nearest_exact3d", &lower_upsample_nearest_exact});
   table.push_back({"aten::_upsample_nearest_exact3d_backward", &lower_upsample_nearest_exact_backward});
+  table.push_back({"aten::_upsample_bilinear2d_aa", &lower_upsample_antialias});
+  table.push_back({"aten::_upsample_bilinear2d_aa_backward", &lower_upsample_antialias_backward});
   table.push_back({"aten::grid_sampler_2d", &lower_grid_sampler});
   table.push_back({"aten::grid_sampler_2d_backward", &lower_grid_sampler_backward});
   table.push_back({"aten::grid_sampler_3d", &lower_grid_sampler});
