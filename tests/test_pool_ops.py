@@ -102,6 +102,20 @@ def test_max_pool_indices_first_max_and_nan(pool):
     assert torch.equal(actual[1].cpu(), expected[1])
 
 
+@pytest.mark.parametrize("dims", [2, 3])
+def test_fractional_max_pool(dims):
+    # The random samples are passed in, so both sides pool the same windows.
+    pool = getattr(F, f"fractional_max_pool{dims}d")
+    x = (randn(2, 3, *(9, 8, 7)[:dims]) * 2).round()  # ties: the first maximum must win
+    samples = torch.rand(2, 3, dims)
+    fn = lambda t, s: pool(t, (2, 3, 2)[:dims], output_size=(4, 3, 5)[:dims], return_indices=True,  # noqa: E731
+                           _random_samples=s)
+    check(fn, [x, samples])
+    check(fn, [x, samples], dtype=torch.bfloat16)
+    if dims == 2:  # fractional_max_pool3d_backward has no meta kernel and falls back
+        check(lambda t, s: fn(t, s)[0], [x, samples], (0,))
+
+
 def test_unfold_fold():
     x = randn(2, 3, 7, 6)
     check(lambda t: F.unfold(t, (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1)), [x], (0,))

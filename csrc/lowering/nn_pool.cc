@@ -390,6 +390,78 @@ std::vector<Value> lower_adaptive_max_pool3d(LoweringContext& ctx) { return adap
 std::vector<Value> lower_adaptive_max_pool2d_backward(LoweringContext& ctx) { return {max_pool_backward(ctx, 2, 2)}; }
 std::vector<Value> lower_adaptive_max_pool3d_backward(LoweringContext& ctx) { return {max_pool_backward(ctx, 3, 2)}; }
 
+// ---- fractional max pooling ----------------------------------------------------------------------------
+
+// fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples [N, C, S]) -> (out, indices).
+// Each plane's window starts come from its random sample u: start[i] = int((i + u) * alpha) - int(u * alpha)
+// with alpha = (in - k) / (out - 1), and the last window ends at the input's edge; computed in the input's
+// dtype, as PyTorch does. Windows are then visited like max_pool's, through flat gathers.
+std::vector<Value> fractional_max_pool(LoweringContext& ctx, size_t spatial) {
+  Graph& g = ctx.graph;
+  const Type in = ctx.type_of(0);
+  const Type& result = ctx.outputs.at(0);
+  const bool batched = in.dims.size() == spatial + 2;
+  std::vector<int64_t> dims = in.dims;  // [N, C, spatial...]
+  if (!batched) dims.insert(dims.begin(), 1);
+  std::vector<int64_t> out_dims = trailing(result.dims, spatial);
+  out_dims.insert(out_dims.begin(), {dims[0], dims[1]});
+  const std::vector<int64_t> in_sizes = trailing(dims, spatial), out_sizes = trailing(out_dims, spatial);
+  const std::vector<int64_t> plane = plane_strides(in_sizes);
+  const int64_t plane_size = product(in_sizes);
+  const DType dtype = in.dtype;
+  Value samples = g.convert(ctx.tensor(3), dtype);
+  // The start of each output's window along each spatial dim, broadcast to the output's shape.
+  std::vector<Value> starts;
+  for (size_t d = 0; d < spatial; ++d) {
+    const int64_t kernel = pick(ctx.ints(1), d, 1), size = in_sizes[d], count = out_sizes[d];
+    // PyTorch's samples list W first in 2-d and T, H, W in 3-d.
+    const int64_t component = spatial == 2 ? static_cast<int64_t>(1 - d) : static_cast<int64_t>(d);
+    const std::vector<int64_t> run = {dims[0], dims[1], count};
+    Value u = g.broadcast_in_dim(g.reshape(g.slice(samples, {0, 0, component}, {dims[0], dims[1], component + 1}, {1, 1, 1}),
+                                           {dims[0], dims[1]}),
+                                 run, {0, 1});
+    Value position = g.iota(Type{DType::kI64, run}, 2);
+    Value start = g.constant_int(size - kernel, DType::kI64, run);
+    if (count > 1) {
+      Value alpha = g.binary("divide", g.constant(static_cast<double>(size - kernel), dtype, run),
+                             g.constant(static_cast<double>(count - 1), dtype, run));
+      Value scaled = g.binary("multiply", g.binary("add", g.convert(position, dtype), u), alpha);
+      Value offset = g.binary("multiply", u, alpha);
+      Value computed = g.binary("subtract", g.convert(scaled, DType::kI64), g.convert(offset, DType::kI64));
+      Value last = g.compare(position, g.constant_int(count - 1, DType::kI64, run), Comparison::kEQ);
+      start = g.select(last, start, computed);
+    }
+    std::vector<int64_t> placement = {0, 1, static_cast<int64_t>(2 + d)};
+    starts.push_back(g.broadcast_in_dim(start, out_dims, placement));
+  }
+  std::vector<int64_t> kernel_sizes;
+  for (size_t d = 0; d < spatial; ++d) kernel_sizes.push_back(pick(ctx.ints(1), d, 1));
+  const Type index_type{DType::kI64, out_dims};
+  Value plane_base = g.binary("multiply", g.binary("add", g.binary("multiply", g.iota(index_type, 0), g.constant_int(dims[1], DType::kI64, out_dims)),
+                                                   g.iota(index_type, 1)),
+                              g.constant_int(plane_size, DType::kI64, out_dims));
+  Value flat = g.reshape(ctx.tensor(0), {product(dims)});
+  FirstMax max;
+  for (const std::vector<int64_t>& offset : offsets(kernel_sizes)) {
+    Value index = g.constant_int(0, DType::kI64, out_dims);
+    for (size_t d = 0; d < spatial; ++d) {
+      Value position = g.binary("add", starts[d], g.constant_int(offset[d], DType::kI64, out_dims));
+      index = g.binary("add", index, g.binary("multiply", position, g.constant_int(plane[d], DType::kI64, out_dims)));
+    }
+    std::vector<int64_t> column = out_dims;
+    column.push_back(1);
+    Value value = g.gather_flat(flat, g.reshape(g.binary("add", plane_base, index), column));
+    max.offer(g, value, index);
+  }
+  return {g.reshape(max.best, result.dims), g.reshape(g.convert(max.index, ctx.outputs.at(1).dtype), ctx.outputs.at(1).dims)};
+}
+
+std::vector<Value> lower_fractional_max_pool2d(LoweringContext& ctx) { return fractional_max_pool(ctx, 2); }
+std::vector<Value> lower_fractional_max_pool3d(LoweringContext& ctx) { return fractional_max_pool(ctx, 3); }
+// fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices). The 3-d backward
+// has no meta kernel in PyTorch, so its output shape cannot be inferred and it stays on the CPU fallback.
+std::vector<Value> lower_fractional_max_pool2d_backward(LoweringContext& ctx) { return {max_pool_backward(ctx, 2, 4)}; }
+
 // ---- max_unpool ----------------------------------------------------------------------------------------
 
 // max_unpool2d(self, indices, output_size) and max_unpool3d(self, indices, output_size, stride, padding):
@@ -493,6 +565,9 @@ void add_nn_pool_rules(std::vector<Rule>& table) {
   table.push_back({"aten::avg_pool3d", &lower_avg_pool3d});
   table.push_back({"aten::avg_pool3d_backward", &lower_avg_pool3d_backward});
   table.push_back({"aten::col2im", &lower_col2im});
+  table.push_back({"aten::fractional_max_pool2d", &lower_fractional_max_pool2d});
+  table.push_back({"aten::fractional_max_pool2d_backward", &lower_fractional_max_pool2d_backward});
+  table.push_back({"aten::fractional_max_pool3d", &lower_fractional_max_pool3d});
   table.push_back({"aten::im2col", &lower_im2col});
   table.push_back({"aten::max_pool2d_with_indices", &lower_max_pool2d_with_indices});
   table.push_back({"aten::max_pool2d_with_indices_backward", &lower_max_pool2d_with_indices_backward});
