@@ -405,7 +405,8 @@ Value bag_frequency_divisor(Graph& g, Value indices, int64_t rows, DType dtype) 
   // k of each position: the distinct indices smaller than its own.
   const std::vector<int64_t> pairs = {count, count};
   Value smaller = g.binary("and", g.broadcast_in_dim(starts, pairs, {1}),
-                           g.compare(g.broadcast_in_dim(sorted, pairs, {1}), g.broadcast_in_dim(index, pairs, {0}), Comparison::kLT));
+                           g.compare(g.broadcast_in_dim(sorted, pairs, {1}), g.broadcast_in_dim(index, pairs, {0}),
+                                     Comparison::kLT));
   Value rank = sum_over(g, g.convert(smaller, DType::kI64), {1});
   return take_along(g, occurrences, 0, take_along(g, sorted, 0, rank));
 }
@@ -433,7 +434,8 @@ std::vector<Value> embedding_bag_backward(LoweringContext& ctx, const BagBackwar
     // Each bag's gradient goes to the rows its maxima came from; empty bags give nothing.
     Value nonempty = g.compare(bag_size, g.constant_int(0, DType::kI64, {bags}), Comparison::kGT);
     Value share = g.select(g.broadcast_in_dim(nonempty, {bags, width}, {0}), grad, g.constant(0, accumulate, {bags, width}));
-    Value flat = g.binary("add", g.binary("multiply", g.convert(ctx.tensor(a.maximum_indices), DType::kI64), g.constant_int(width, DType::kI64, {bags, width})),
+    Value source_row = g.convert(ctx.tensor(a.maximum_indices), DType::kI64);
+    Value flat = g.binary("add", g.binary("multiply", source_row, g.constant_int(width, DType::kI64, {bags, width})),
                           g.iota(Type{DType::kI64, {bags, width}}, 1));
     Value total = scatter_add_rows(g, g.constant(0, accumulate, {rows * width}), g.reshape(flat, {bags * width, 1}),
                                    g.reshape(share, {bags * width}));
@@ -451,7 +453,8 @@ std::vector<Value> embedding_bag_backward(LoweringContext& ctx, const BagBackwar
     share = g.binary("divide", share, g.broadcast_in_dim(take_along(g, size, 0, bag), row_dims, {0}));
   }
   if (!ctx.is_none(a.per_sample_weights)) {
-    share = g.binary("multiply", share, g.broadcast_in_dim(g.convert(ctx.tensor(a.per_sample_weights), accumulate), row_dims, {0}));
+    Value scale = g.convert(ctx.tensor(a.per_sample_weights), accumulate);
+    share = g.binary("multiply", share, g.broadcast_in_dim(scale, row_dims, {0}));
   }
   if (ctx.boolean(a.scale_grad_by_freq)) {
     share = g.binary("divide", share, g.broadcast_in_dim(bag_frequency_divisor(g, indices, rows, accumulate), row_dims, {0}));

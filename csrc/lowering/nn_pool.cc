@@ -131,7 +131,8 @@ std::vector<Value> max_pool(LoweringContext& ctx, size_t spatial) {
   Value origin = g.constant_int(0, DType::kI64, result.dims);
   for (size_t d = 0; d < spatial; ++d) {
     Value position = g.iota(index_type, static_cast<int64_t>(rank - spatial + d));
-    origin = g.binary("add", origin, g.binary("multiply", position, g.constant_int(p.stride[d] * plane[d], DType::kI64, result.dims)));
+    Value step = g.constant_int(p.stride[d] * plane[d], DType::kI64, result.dims);
+    origin = g.binary("add", origin, g.binary("multiply", position, step));
   }
   FirstMax max;
   for (const std::vector<int64_t>& offset : offsets(p.kernel)) {
@@ -437,9 +438,10 @@ std::vector<Value> fractional_max_pool(LoweringContext& ctx, size_t spatial) {
   std::vector<int64_t> kernel_sizes;
   for (size_t d = 0; d < spatial; ++d) kernel_sizes.push_back(pick(ctx.ints(1), d, 1));
   const Type index_type{DType::kI64, out_dims};
-  Value plane_base = g.binary("multiply", g.binary("add", g.binary("multiply", g.iota(index_type, 0), g.constant_int(dims[1], DType::kI64, out_dims)),
-                                                   g.iota(index_type, 1)),
-                              g.constant_int(plane_size, DType::kI64, out_dims));
+  // The flat offset of each output's (n, c) plane.
+  Value plane_number = g.binary("add", g.binary("multiply", g.iota(index_type, 0), g.constant_int(dims[1], DType::kI64, out_dims)),
+                                g.iota(index_type, 1));
+  Value plane_base = g.binary("multiply", plane_number, g.constant_int(plane_size, DType::kI64, out_dims));
   Value flat = g.reshape(ctx.tensor(0), {product(dims)});
   FirstMax max;
   for (const std::vector<int64_t>& offset : offsets(kernel_sizes)) {

@@ -218,7 +218,8 @@ std::vector<Taps> spatial_taps(const LoweringContext& ctx, Mode mode, bool backw
 Value only_used(Graph& g, Value term, int64_t dim, const Taps& taps, size_t k) {
   if (taps.used.empty()) return term;
   const Type t = g.type(term);
-  Value used = g.compare(constant_vector(g, taps.used[k], DType::kI64), g.constant_int(0, DType::kI64, {t.dims[static_cast<size_t>(dim)]}),
+  const int64_t size = t.dims[static_cast<size_t>(dim)];
+  Value used = g.compare(constant_vector(g, taps.used[k], DType::kI64), g.constant_int(0, DType::kI64, {size}),
                          ir::Comparison::kNE);
   return g.select(g.broadcast_in_dim(used, t.dims, {dim}), term, g.constant(0, t.dtype, t.dims));
 }
@@ -602,7 +603,8 @@ std::vector<Value> lower_grid_sampler_backward(LoweringContext& ctx) {
   std::vector<int64_t> point_dims(dims.begin(), dims.end() - 1);
   std::vector<Value> coordinate_grad(s.dims.size());
   for (const Corner& corner : grid_corners(g, s)) {
-    Value share = g.select(g.broadcast_in_dim(corner.inside, dims, dim_range(0, rank - 1)), grad, g.constant(0, s.compute, dims));
+    Value inside = g.broadcast_in_dim(corner.inside, dims, dim_range(0, rank - 1));
+    Value share = g.select(inside, grad, g.constant(0, s.compute, dims));
     if (corner.weight.valid()) share = g.binary("multiply", share, per_channel(g, corner.weight, dims));
     grad_rows = scatter_add_rows(g, grad_rows, corner.row, g.reshape(share, {points, s.channels}));
     if (!corner.weight.valid()) continue;  // nearest: the grid gets no gradient
