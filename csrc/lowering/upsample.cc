@@ -13,6 +13,8 @@
 // scatter-adds grad * weight at the same indices, one dim at a time.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 
 #include "lowering/nn.h"
@@ -90,8 +92,18 @@ Taps nearest_taps(Mode mode, int64_t in, int64_t out, std::optional<double> scal
   return taps;
 }
 
+// Rounds a float to bfloat16 (nearest even) and back: PyTorch's CPU kernels keep linear and cubic weights
+// in the input's type, so bfloat16 inputs see rounded weights.
+float round_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&value, &bits, sizeof bits);
+  return value;
+}
+
 template <typename T>
-Taps linear_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+Taps linear_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool bf16_weights) {
   Taps taps;
   taps.index.resize(2);
   taps.weight.resize(2);
@@ -102,9 +114,14 @@ Taps linear_taps(int64_t in, int64_t out, bool align_corners, std::optional<doub
     if (out != in) {  // equal sizes copy: PyTorch skips the arithmetic
       std::tie(first, far_weight) = split_coordinate(source_coordinate(ratio, o, align_corners, false), in);
     }
+    T near_weight = T(1) - far_weight;
+    if (bf16_weights) {
+      far_weight = static_cast<T>(round_to_bf16(static_cast<float>(far_weight)));
+      near_weight = static_cast<T>(round_to_bf16(static_cast<float>(T(1) - far_weight)));
+    }
     taps.index[0].push_back(static_cast<double>(first));
     taps.index[1].push_back(static_cast<double>(first + (first < in - 1 ? 1 : 0)));
-    taps.weight[0].push_back(static_cast<double>(T(1) - far_weight));
+    taps.weight[0].push_back(static_cast<double>(near_weight));
     taps.weight[1].push_back(static_cast<double>(far_weight));
   }
   return taps;
@@ -123,7 +140,7 @@ T cubic_far(T x) {
 }
 
 template <typename T>
-Taps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+Taps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool bf16_weights) {
   Taps taps;
   taps.index.resize(4);
   taps.weight.resize(4);
@@ -136,7 +153,8 @@ Taps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<doubl
       // Taps past either edge read the edge element.
       const int64_t source = std::max<int64_t>(std::min(index - 1 + k, in - 1), 0);
       taps.index[static_cast<size_t>(k)].push_back(static_cast<double>(source));
-      taps.weight[static_cast<size_t>(k)].push_back(static_cast<double>(weights[k]));
+      const T weight = bf16_weights ? static_cast<T>(round_to_bf16(static_cast<float>(weights[k]))) : weights[k];
+      taps.weight[static_cast<size_t>(k)].push_back(static_cast<double>(weight));
     }
   }
   return taps;
@@ -181,15 +199,18 @@ Taps antialias_taps(int64_t in, int64_t out, bool align_corners, std::optional<d
   return taps;
 }
 
-Taps make_taps(Mode mode, DType compute, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
-  const bool wide = compute == DType::kF64;
+// float64 inputs compute in double; bf16 rounds the linear and cubic weights to bfloat16.
+Taps make_taps(Mode mode, bool wide, bool bf16, int64_t in, int64_t out, bool align_corners,
+               std::optional<double> scale) {
   switch (mode) {
     case Mode::kNearest:
     case Mode::kNearestExact: return nearest_taps(mode, in, out, scale);
     case Mode::kLinear:
-      return wide ? linear_taps<double>(in, out, align_corners, scale) : linear_taps<float>(in, out, align_corners, scale);
+      return wide ? linear_taps<double>(in, out, align_corners, scale, false)
+                  : linear_taps<float>(in, out, align_corners, scale, bf16);
     case Mode::kCubic:
-      return wide ? cubic_taps<double>(in, out, align_corners, scale) : cubic_taps<float>(in, out, align_corners, scale);
+      return wide ? cubic_taps<double>(in, out, align_corners, scale, false)
+                  : cubic_taps<float>(in, out, align_corners, scale, bf16);
     case Mode::kLinearAntialias:
       return wide ? antialias_taps<double>(in, out, align_corners, scale)
                   : antialias_taps<float>(in, out, align_corners, scale);
@@ -199,17 +220,21 @@ Taps make_taps(Mode mode, DType compute, int64_t in, int64_t out, bool align_cor
 
 // Reads the op's arguments: forward (self, output_size, [align_corners,] scales...) or backward
 // (grad_output, output_size, input_size, [align_corners,] scales...). Returns the taps of each spatial dim.
-std::vector<Taps> spatial_taps(const LoweringContext& ctx, Mode mode, bool backward, DType compute,
+std::vector<Taps> spatial_taps(const LoweringContext& ctx, Mode mode, bool backward, DType input_dtype,
                                const std::vector<int64_t>& input_dims) {
   const std::vector<int64_t>& output_size = ctx.ints(1);
   const size_t spatial = output_size.size();
   const size_t align_arg = backward ? 3 : 2;
   const bool align_corners = has_align_corners(mode) && ctx.boolean(align_arg);
   const size_t first_scale = align_arg + (has_align_corners(mode) ? 1 : 0);
+  // For bfloat16, CPU's linear1d, trilinear3d and bicubic2d kernels keep their weights in bfloat16; its
+  // bilinear2d kernel keeps them in float.
+  const bool bf16_weights = input_dtype == DType::kBF16 && !(mode == Mode::kLinear && spatial == 2);
   std::vector<Taps> taps;
   for (size_t d = 0; d < spatial; ++d) {
     const int64_t in = input_dims[input_dims.size() - spatial + d];
-    taps.push_back(make_taps(mode, compute, in, output_size[d], align_corners, scale_arg(ctx, first_scale + d)));
+    taps.push_back(make_taps(mode, input_dtype == DType::kF64, bf16_weights, in, output_size[d], align_corners,
+                             scale_arg(ctx, first_scale + d)));
   }
   return taps;
 }
@@ -265,7 +290,7 @@ std::vector<Value> upsample(LoweringContext& ctx, Mode mode) {
   // Nearest modes copy elements, in any dtype; the others compute in PyTorch's opmath type.
   const bool copies = mode == Mode::kNearest || mode == Mode::kNearestExact;
   const DType compute = copies ? in.dtype : accumulation_dtype(in.dtype);
-  const std::vector<Taps> taps = spatial_taps(ctx, mode, false, compute, in.dims);
+  const std::vector<Taps> taps = spatial_taps(ctx, mode, false, in.dtype, in.dims);
   Value x = g.convert(ctx.tensor(0), compute);
   const int64_t first_spatial = in.rank() - static_cast<int64_t>(taps.size());
   for (int64_t d = static_cast<int64_t>(taps.size()) - 1; d >= 0; --d) {
@@ -278,7 +303,7 @@ std::vector<Value> upsample_backward(LoweringContext& ctx, Mode mode) {
   Graph& g = ctx.graph;
   const Type& result = ctx.outputs.at(0);
   const DType compute = accumulation_dtype(result.dtype);
-  const std::vector<Taps> taps = spatial_taps(ctx, mode, true, compute, result.dims);
+  const std::vector<Taps> taps = spatial_taps(ctx, mode, true, result.dtype, result.dims);
   Value grad = g.convert(ctx.tensor(0), compute);
   const int64_t first_spatial = result.rank() - static_cast<int64_t>(taps.size());
   for (size_t d = 0; d < taps.size(); ++d) {
