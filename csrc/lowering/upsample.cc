@@ -1,14 +1,14 @@
 // Interpolation: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
 // upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, _upsample_bilinear2d_aa, and their
-// backward ops; grid sampling
-// (grid_sampler_{2,3}d and backward) at the end of the file.
+// backward ops; grid sampling (grid_sampler_{2,3}d and backward) at the end of the file.
 //
 // Every mode is separable: along each spatial dim, output position o reads a few input positions
 // ("taps") with fixed weights. The tap indices and weights depend only on static sizes and scales, so
 // they are computed here on the host with PyTorch's own index arithmetic (same float type and operation
 // order, so every index equals CPU's) and embedded as constant vectors. The forward gathers each tap along
 // the dim and sums tap * weight, last dim first: that is the nesting of PyTorch's kernel (the innermost
-// dim's taps are combined first), so float32 results match CPU's rounding. Gathers rather than dense
+// dim's taps are combined first), so float32 results match CPU's rounding (bfloat16 inputs compute in
+// float32 with weights rounded where CPU rounds them; see spatial_taps). Gathers rather than dense
 // weight matrices keep inf/NaN behaviour: a matrix would multiply every input by a 0 weight. The backward
 // scatter-adds grad * weight at the same indices, one dim at a time.
 #include <algorithm>
