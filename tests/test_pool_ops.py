@@ -162,6 +162,14 @@ def test_interpolate_bf16(mode, shape, kwargs):
     check(lambda x: F.interpolate(x, mode=mode, **kwargs), [randn(*shape)], dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("mode,shape,kwargs", [INTERPOLATIONS[5], INTERPOLATIONS[9], INTERPOLATIONS[11]],
+                         ids=lambda v: str(v))
+def test_interpolate_bf16_weights_like_cpu(mode, shape, kwargs):
+    # CPU's linear1d, bicubic2d and trilinear3d kernels round their weights to bfloat16: matched bit for bit.
+    check(lambda x: F.interpolate(x, mode=mode, **kwargs), [randn(*shape)], dtype=torch.bfloat16,
+          tol=dict(rtol=0, atol=0))
+
+
 @pytest.mark.parametrize("kwargs", [dict(size=(3, 13)), dict(scale_factor=0.37, align_corners=True)])
 def test_interpolate_antialias(kwargs):
     check(lambda x: F.interpolate(x, mode="bilinear", antialias=True, **kwargs), [randn(2, 3, 11, 9)], (0,))
