@@ -1,6 +1,6 @@
 """Pooling over 1-3 spatial dims, unfold/fold, max_unpool, interpolation, grid sampling, embedding_bag,
-cdist/pdist and channel_shuffle (lowering/nn_pool.cc, upsample.cc, nn_distance.cc, nn.cc) against CPU
-PyTorch: values, gradients, and no CPU fallback.
+embedding_renorm, cdist/pdist and channel_shuffle (lowering/nn_pool.cc, upsample.cc, nn_distance.cc,
+nn.cc) against CPU PyTorch: values, gradients, and no CPU fallback.
 
 (Every grid_sample mode / padding / align_corners combination, in 2-d and 3-d, was also compared by hand
 while writing the rules; the tests below cover each code path once to stay fast.)
@@ -246,6 +246,17 @@ def test_embedding_bag_per_sample_weights_and_scale_grad_by_freq():
     fn = lambda w, i, o: F.embedding_bag(i, w, o, mode="mean", scale_grad_by_freq=True)  # noqa: E731
     check(fn, [randn(6, 3), indices, offsets], (0,))
     check(lambda w, i, o: F.embedding_bag(i, w, o), [randn(6, 3), indices, offsets], dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embedding_max_norm(dtype):
+    # embedding_renorm_: referenced rows above max_norm are scaled in place, bit for bit as on CPU.
+    indices = torch.tensor([1, 2, 4, 4, 0, 2])
+    for norm_type in (1.0, 2.0, float("inf")):
+        fn = lambda w, i: (F.embedding(i, w, max_norm=1.5, norm_type=norm_type), w)  # noqa: E731
+        check(fn, [randn(6, 4) * 2, indices], dtype=dtype, tol=dict(rtol=0, atol=0))
+    fn = lambda w, i, o: F.embedding_bag(i, w, o, max_norm=1.0)  # noqa: E731
+    check(fn, [randn(6, 4) * 2, indices, torch.tensor([0, 2])], dtype=dtype)
 
 
 @pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 2.0, 3.0, float("inf")])

@@ -275,6 +275,32 @@ std::vector<Value> lower_embedding_dense_backward(LoweringContext& ctx) {
   return {g.convert(grad, result.dtype)};
 }
 
+// embedding_renorm(self [V, D], indices, max_norm, norm_type): each row named by an index whose norm
+// exceeds max_norm is scaled by max_norm / (norm + 1e-7), as CPU does: the norm is rounded to self's
+// dtype and the scale computed in double.
+std::vector<Value> lower_embedding_renorm(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type self = ctx.type_of(0);
+  const DType accumulate = accumulation_dtype(self.dtype);
+  const int64_t rows = self.dims[0], width = self.dims[1];
+  const int64_t count = ctx.type_of(1).numel();
+  const double max_norm = ctx.real(2);
+  if (count == 0) return {ctx.tensor(0)};
+  Value x = g.convert(ctx.tensor(0), accumulate);
+  Value norm = g.convert(g.convert(p_norm_last(g, x, ctx.real(3)), self.dtype), DType::kF64);
+  Value hits = scatter_along(g, g.constant_int(0, DType::kI64, {rows}), 0, g.reshape(ctx.tensor(1), {count}),
+                             g.constant_int(1, DType::kI64, {count}), Reducer::kAdd);
+  Value renormed = g.binary("and", g.compare(hits, g.constant_int(0, DType::kI64, {rows}), Comparison::kGT),
+                            g.compare(norm, g.constant(max_norm, DType::kF64, {rows}), Comparison::kGT));
+  Value scale = g.binary("divide", g.constant(max_norm, DType::kF64, {rows}),
+                         g.binary("add", norm, g.constant(1e-7, DType::kF64, {rows})));
+  // The scale is rounded to self's dtype, then multiplies in the accumulation type.
+  scale = g.convert(g.convert(scale, self.dtype), accumulate);
+  scale = g.select(renormed, scale, g.constant(1, accumulate, {rows}));
+  Value scaled = g.binary("multiply", x, g.broadcast_in_dim(scale, {rows, width}, {0}));
+  return {g.convert(scaled, self.dtype)};
+}
+
 // ---- embedding_bag ------------------------------------------------------------------------------------
 //
 // Bags are runs of `indices` starting at each offset; index i belongs to bag (number of bag offsets
@@ -522,6 +548,7 @@ void add_nn_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_embedding_bag_forward_only", &lower_embedding_bag});
   table.push_back({"aten::_embedding_bag_per_sample_weights_backward", &lower_embedding_bag_per_sample_weights_backward});
   table.push_back({"aten::channel_shuffle", &lower_channel_shuffle});
+  table.push_back({"aten::embedding_renorm", &lower_embedding_renorm});
   table.push_back({"aten::embedding_dense_backward", &lower_embedding_dense_backward});
   table.push_back({"aten::mse_loss", &lower_mse_loss});
   table.push_back({"aten::mse_loss_backward", &lower_mse_loss_backward});

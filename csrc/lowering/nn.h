@@ -38,6 +38,10 @@ Value take_along(Graph& g, Value x, int64_t dim, Value index);
 // position index[k] of that dim: with kAdd, the transpose of take_along (repeated indices accumulate).
 Value scatter_along(Graph& g, Value base, int64_t dim, Value index, Value updates, ir::Reducer reducer);
 
+// The p-norm of `x` over its last dim, with PyTorch's special cases p = 0 (count of nonzeros), 1, 2 and
+// infinity (nn_distance.cc).
+Value p_norm_last(Graph& g, Value x, double p);
+
 // output_mask (bool[3]) of a backward op, where the kernel passes it as an int list; otherwise every
 // output is requested.
 std::vector<bool> output_mask(const LoweringContext& ctx, size_t i, size_t count);

@@ -10,10 +10,29 @@
 #include "lowering/nn.h"
 
 namespace torchtpu::lowering {
-namespace {
 
 using ir::Comparison;
 using ir::Reducer;
+
+Value p_norm_last(Graph& g, Value diff, double p) {
+  const Type t = g.type(diff);
+  const int64_t last = t.rank() - 1;
+  Value zero = g.constant(0, t.dtype);
+  Value magnitude = g.unary("abs", diff);
+  if (p == 0) {
+    Value nonzero = g.convert(g.compare(diff, g.constant(0, t.dtype, t.dims), Comparison::kNE), t.dtype);
+    return g.reduce(nonzero, zero, {last}, Reducer::kAdd);
+  }
+  if (p == 1) return g.reduce(magnitude, zero, {last}, Reducer::kAdd);
+  if (p == 2) return g.unary("sqrt", g.reduce(g.binary("multiply", diff, diff), zero, {last}, Reducer::kAdd));
+  if (std::isinf(p)) return g.reduce(magnitude, zero, {last}, Reducer::kMax);
+  Value powered = g.binary("power", magnitude, g.constant(p, t.dtype, t.dims));
+  Value total = g.reduce(powered, zero, {last}, Reducer::kAdd);
+  const std::vector<int64_t> dims = g.type(total).dims;
+  return g.binary("power", total, g.constant(1.0 / p, t.dtype, dims));
+}
+
+namespace {
 
 // x1 - x2 for every row pair: x1 [..., P, M] and x2 [..., R, M] (batch dims broadcast to `batch`) give
 // [batch..., P, R, M].
@@ -33,25 +52,6 @@ Value row_differences(Graph& g, Value x1, Value x2, const std::vector<int64_t>& 
   Value a = g.broadcast_in_dim(broadcast_to(g, g.convert(x1, dtype), shape1), full, place1);
   Value c = g.broadcast_in_dim(broadcast_to(g, g.convert(x2, dtype), shape2), full, place2);
   return g.binary("subtract", a, c);
-}
-
-// The p-norm of `diff` over its last dim.
-Value p_norm_last(Graph& g, Value diff, double p) {
-  const Type t = g.type(diff);
-  const int64_t last = t.rank() - 1;
-  Value zero = g.constant(0, t.dtype);
-  Value magnitude = g.unary("abs", diff);
-  if (p == 0) {
-    Value nonzero = g.convert(g.compare(diff, g.constant(0, t.dtype, t.dims), Comparison::kNE), t.dtype);
-    return g.reduce(nonzero, zero, {last}, Reducer::kAdd);
-  }
-  if (p == 1) return g.reduce(magnitude, zero, {last}, Reducer::kAdd);
-  if (p == 2) return g.unary("sqrt", g.reduce(g.binary("multiply", diff, diff), zero, {last}, Reducer::kAdd));
-  if (std::isinf(p)) return g.reduce(magnitude, zero, {last}, Reducer::kMax);
-  Value powered = g.binary("power", magnitude, g.constant(p, t.dtype, t.dims));
-  Value total = g.reduce(powered, zero, {last}, Reducer::kAdd);
-  const std::vector<int64_t> dims = g.type(total).dims;
-  return g.binary("power", total, g.constant(1.0 / p, t.dtype, dims));
 }
 
 // d(dist)/d(x1) times grad for every pair, before summing over the x2 rows: `diff` [..., P, R, M],
