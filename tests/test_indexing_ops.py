@@ -1,4 +1,5 @@
-"""Indexing and copy-producing shape ops (lowering/indexing.cc, lowering/shape.cc) against CPU PyTorch:
+"""Indexing and copy-producing shape ops (lowering/indexing.cc, lowering/shape.cc), index_reduce and
+take/put against CPU PyTorch:
 values, dtypes, in-place variants, gradients through autograd, and no CPU fallback for any of them."""
 import pytest
 import torch
@@ -383,6 +384,51 @@ def test_index_add_grad():
     check_grad(lambda x, i, s: x.index_add(0, i, s, alpha=2.0), torch.randn(4, 3), torch.tensor([0, 0, 3]),
                torch.randn(3, 3))
     check_grad(lambda s, x, i: x.index_add(0, i, s), torch.randn(3, 3), torch.randn(4, 3), torch.tensor([0, 0, 3]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(dtype, reduce, include_self):
+    x = sample((5, 4), dtype)
+    source = sample((5, 6), dtype)
+    index = torch.tensor([0, 3, 0, 1, 3, 3])  # column 2 receives nothing
+    check(lambda x, i, s: x.index_reduce(1, i, s, reduce, include_self=include_self), x, index, source)
+
+
+def test_index_reduce_grad():
+    check_grad(lambda x, i, s: x.index_reduce(0, i, s, "amax"), torch.randn(4, 3), torch.tensor([0, 2, 2]),
+               torch.randn(3, 3))
+    check_grad(lambda s, x, i: x.index_reduce(0, i, s, "mean"), torch.randn(3, 3), torch.randn(4, 3),
+               torch.tensor([0, 2, 2]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_take_put(dtype):
+    x = sample((3, 4), dtype)
+    index = torch.tensor([[0, -1], [5, 11]])  # negative indices count from the end, as in PyTorch
+    check(lambda x, i: torch.take(x, i), x, index)
+    check(lambda x, i: torch.take(x, i), sample((), dtype), torch.tensor([0, -1]))
+    distinct = torch.tensor([7, 0, -2])
+    check(lambda x, i, s: x.put(i, s), x, distinct, sample((3,), dtype))
+    check(lambda x, i, s: x.clone().put_(i, s), x, distinct, sample((3,), dtype))
+    if dtype != torch.bool:
+        repeated = torch.tensor([[1, 1], [2, -12]])
+        check(lambda x, i, s: x.put(i, s, accumulate=True), x, repeated, sample((2, 2), dtype))
+
+
+def test_take_put_grad():
+    check_grad(lambda x, i: torch.take(x, i), torch.randn(3, 4), torch.tensor([0, 5, 5, -1]))
+    check_grad(lambda s, x, i: x.put(i, s, accumulate=True), torch.randn(4), torch.randn(3, 4),
+               torch.tensor([0, 5, 5, -1]))
+
+
+def test_index_reduce_bad_reduce_raises():
+    x, index, source = torch.randn(3, 4), torch.tensor([0, 1]), torch.randn(2, 4)
+    with pytest.raises(RuntimeError, match="reduce"):
+        x.index_reduce(0, index, source, "sum")
+    with pytest.raises(RuntimeError, match="reduce"):
+        tpu(x).index_reduce(0, tpu(index), tpu(source), "sum")
 
 
 def test_edge_cases():

@@ -1,5 +1,5 @@
 // Integer indexing: index_select, gather, the scatter family, advanced indexing (index / index_put),
-// index_add, index_copy and index_fill.
+// index_add, index_copy, index_fill, index_reduce, and flat take / put.
 //
 // All of them become one StableHLO gather or scatter. Negative indices wrap as in PyTorch's index,
 // index_put and index_fill; gather, scatter, index_select, index_add and index_copy wrap them too, where
@@ -318,6 +318,67 @@ std::vector<Value> lower_scatter_reduce_two(LoweringContext& ctx) {
   return {g.reshape(result, out(ctx).dims)};
 }
 
+// index_reduce(self, dim, index, source, reduce, include_self): scatter_reduce.two's rules ("prod",
+// "mean", "amax", "amin") applied to whole slices along `dim`, as index_add applies "sum".
+std::vector<Value> lower_index_reduce(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value self = at_least_1d(g, ctx.tensor(0));
+  const Type t = g.type(self);
+  const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
+  Value index = ctx.tensor(2);
+  Value source = g.convert(at_least_1d(g, ctx.tensor(3)), t.dtype);
+  const std::string& reduce = ctx.text(4);
+  if (reduce != "prod" && reduce != "mean" && reduce != "amax" && reduce != "amin") {
+    // The meta kernel accepts any string; CPU's kernel raises this.
+    throw std::invalid_argument("index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got " +
+                                reduce + ".");
+  }
+  const bool include_self = ctx.is_none(5) || ctx.boolean(5);
+  const Combine combine = combine_of(reduce);
+  std::vector<int64_t> slice_dims = t.dims;
+  slice_dims[static_cast<size_t>(dim)] = g.type(index).numel();
+  Value base = self;
+  if (!include_self) {
+    Value touched = scatter_slices(g, g.constant_int(0, DType::kBool, t.dims), dim, index,
+                                   g.constant_int(1, DType::kBool, slice_dims), Combine::kReplace);
+    base = g.select(touched, identity(g, combine, t.dtype, t.dims), self);
+  }
+  Value result = scatter_slices(g, base, dim, index, source, combine);
+  if (reduce == "mean") {
+    Value count = scatter_slices(g, g.constant_int(include_self ? 1 : 0, t.dtype, t.dims), dim, index,
+                                 g.constant_int(1, t.dtype, slice_dims), Combine::kAdd);
+    Value zero = g.constant_int(0, t.dtype, t.dims);
+    count = g.select(g.compare(count, zero, Comparison::kEQ), g.constant_int(1, t.dtype, t.dims), count);
+    result = is_floating(t.dtype) ? g.binary("divide", result, count) : floor_divide(g, result, count);
+  }
+  return {g.reshape(result, out(ctx).dims)};
+}
+
+// ---- Flat indexing: take and put ------------------------------------------------------------------------
+
+// take(self, index): self.flatten()[index], shaped like index.
+std::vector<Value> lower_take(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type t = ctx.type_of(0);
+  if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
+  Value flat = g.reshape(ctx.tensor(0), {t.numel()});
+  Value indices = dim_indices(g, ctx.tensor(1), t.numel());
+  return {g.reshape(gather(g, flat, indices, {}, {0}, 1, {1}, {g.type(indices).dims[0]}), out(ctx).dims)};
+}
+
+// put(self, index, source, accumulate): source's elements written (or added) at self.flatten()[index].
+std::vector<Value> lower_put(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type t = ctx.type_of(0);
+  const int64_t count = ctx.type_of(1).numel();
+  if (count == 0) return {ctx.tensor(0)};
+  Value flat = g.reshape(ctx.tensor(0), {t.numel()});
+  Value indices = dim_indices(g, ctx.tensor(1), t.numel());
+  Value updates = g.reshape(g.convert(ctx.tensor(2), t.dtype), {count});
+  const Combine combine = ctx.boolean(3) ? Combine::kAdd : Combine::kReplace;
+  return {g.reshape(scatter(g, flat, indices, updates, {}, {0}, 1, combine), t.dims)};
+}
+
 // ---- Advanced indexing: index.Tensor and index_put ------------------------------------------------------
 
 // self[indices] where `indices` holds an index tensor or None per leading dim. The indexed dims are moved
@@ -497,13 +558,16 @@ void add_indexing_rules(std::vector<Rule>& table) {
   table.push_back({"aten::index_fill.int_Scalar", &lower_index_fill_scalar});
   table.push_back({"aten::index_fill.int_Tensor", &lower_index_fill_tensor});
   table.push_back({"aten::index_put", &lower_index_put});
+  table.push_back({"aten::index_reduce", &lower_index_reduce});
   table.push_back({"aten::index_select", &lower_index_select});
+  table.push_back({"aten::put", &lower_put});
   table.push_back({"aten::scatter.reduce", &lower_scatter_reduce});
   table.push_back({"aten::scatter.src", &lower_scatter_src});
   table.push_back({"aten::scatter.value", &lower_scatter_value});
   table.push_back({"aten::scatter.value_reduce", &lower_scatter_value_reduce});
   table.push_back({"aten::scatter_add", &lower_scatter_add});
   table.push_back({"aten::scatter_reduce.two", &lower_scatter_reduce_two});
+  table.push_back({"aten::take", &lower_take});
 }
 
 }  // namespace torchtpu::lowering

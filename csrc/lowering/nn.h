@@ -12,6 +12,8 @@ void add_nn_activation_rules(std::vector<Rule>& table);
 void add_nn_norm_rules(std::vector<Rule>& table);
 void add_nn_conv_rules(std::vector<Rule>& table);
 void add_nn_pool_rules(std::vector<Rule>& table);
+void add_upsample_rules(std::vector<Rule>& table);
+void add_nn_distance_rules(std::vector<Rule>& table);
 
 // Reduces `x` over `dims` with `reducer` and broadcasts the result back to x's shape, so it can be
 // combined elementwise with x (the "keepdim then expand" step of softmax and the norms).
@@ -26,6 +28,19 @@ std::vector<int64_t> kept_dims(int64_t rank, const std::vector<int64_t>& dims);
 // Adds rows of `updates` ([K, D...] or [K]) into `base` ([W, D...] or [W]) at row indices [K, 1]
 // (stablehlo.scatter with an add region; repeated indices accumulate, out-of-range ones are dropped).
 Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates);
+
+// A 1-d constant holding `values` ([values.size()] of `dtype`), rounded to dtype once.
+// Rules that compute index tables or weights on the host (from static shapes) embed them this way.
+Value constant_vector(Graph& g, const std::vector<double>& values, DType dtype);
+// x with dim `dim` replaced by x[..., index[k], ...] for each entry of the 1-d integer `index`.
+Value take_along(Graph& g, Value x, int64_t dim, Value index);
+// `base` with each slice k of `updates` along `dim` combined by `reducer` (kAdd, kMul, kMax, kMin) into
+// position index[k] of that dim: with kAdd, the transpose of take_along (repeated indices accumulate).
+Value scatter_along(Graph& g, Value base, int64_t dim, Value index, Value updates, ir::Reducer reducer);
+
+// The p-norm of `x` over its last dim, with PyTorch's special cases p = 0 (count of nonzeros), 1, 2 and
+// infinity (nn_distance.cc).
+Value p_norm_last(Graph& g, Value x, double p);
 
 // output_mask (bool[3]) of a backward op, where the kernel passes it as an int list; otherwise every
 // output is requested.
