@@ -323,3 +323,14 @@ def test_unfold_and_sgn_backward_stay_on_device():
     torch.sgn(xt).sum().backward()  # autograd's zero gradient is built on the device
     assert torch.equal(xt.grad.cpu(), torch.zeros(4))
     assert fallback_ops() == {}
+
+
+def test_equal_reads_back_one_bool():
+    torchtpu.reset_metrics()
+    a = torch.tensor([1.0, 2.0, float("nan")])
+    for x, y in ((a[:2], a[:2].clone()), (a, a), (a[:2], a[1:]), (a[:2], a[:2].view(2, 1)),
+                 (torch.ones(3), torch.ones(3, dtype=torch.int64))):
+        assert torch.equal(tpu(x), tpu(y)) == torch.equal(x, y)
+    assert fallback_ops() == {}
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.equal(tpu(a), a)

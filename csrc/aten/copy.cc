@@ -3,6 +3,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/all.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "aten/op_kernel.h"
@@ -78,6 +80,14 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
   return download(self).item();
+}
+
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Expected all tensors to be on the same device, but found at least two "
+              "devices, ", self.device(), " and ", other.device(), "!");
+  if (self.sizes() != other.sizes()) return false;
+  // Elementwise on the device (NaN is unequal, dtypes promote as in eq); one bool comes back.
+  return at::eq(self, other).all().item<bool>();
 }
 
 }  // namespace torchtpu::aten

@@ -1025,6 +1025,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", &at::native::as_strided_tensorimpl);
   m.impl("copy_", &copy_);
   m.impl("empty.memory_format", &empty_memory_format);
+  m.impl("equal", &equal);
   m.impl("native_batch_norm", &native_batch_norm);
   m.impl("empty_strided", &empty_strided);
   m.impl("resize_", &resize_);
