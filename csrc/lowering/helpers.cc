@@ -74,6 +74,25 @@ Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Va
   return g.select(first_half, up, down);
 }
 
+std::vector<Value> inclusive_scan(Graph& g, const std::vector<Value>& operands, const std::vector<Value>& identities,
+                                  int64_t dim, const std::string& combiner) {
+  const Type& t = g.type(operands.at(0));
+  std::vector<int64_t> window(t.dims.size(), 1), strides(t.dims.size(), 1);
+  window[static_cast<size_t>(dim)] = t.dims[static_cast<size_t>(dim)];
+  std::string padding = "dense<[";
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? window[static_cast<size_t>(i)] - 1 : 0) + ", 0]";
+  }
+  padding += "]> : tensor<" + std::to_string(t.rank()) + "x2xi64>";
+  const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
+                                 ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
+  std::vector<Value> inputs = operands;
+  inputs.insert(inputs.end(), identities.begin(), identities.end());
+  std::vector<Type> types;
+  for (Value v : operands) types.push_back(g.type(v));
+  return g.op_multi("stablehlo.reduce_window", inputs, types, attributes, combiner);
+}
+
 Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype) {
   const int64_t rank = g.type(x).rank();
   Value moved = g.dot_general(x, matrix, {}, {}, {dim}, {matrix_dim}, dtype);  // the new dim comes last

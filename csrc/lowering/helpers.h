@@ -28,6 +28,13 @@ DType accumulation_dtype(DType dtype);
 // step is just `start`. linspace, logspace and histogram bin edges use it.
 Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps);
 
+// Inclusive scan of `operands` (one shape) along `dim`: result i combines elements 0..i with `combiner` (a
+// region over pairs of scalars, see Graph::region), as a reduce_window spanning the dim and padded on the low
+// side with `identities`. The plugin's reduce_window is quadratic in the dim's length, which is fine for the
+// sizes eager code scans; a log-depth scan can replace it later.
+std::vector<Value> inclusive_scan(Graph& g, const std::vector<Value>& operands, const std::vector<Value>& identities,
+                                  int64_t dim, const std::string& combiner);
+
 // Contracts dim `dim` of x with dim `matrix_dim` of the 2-d `matrix` (computing in `dtype`); the other
 // matrix dim takes dim's place, so x's dim order is kept. Pooling and padding express per-dim
 // resampling this way.

@@ -11,6 +11,7 @@
 // depend on the number of selected elements, and becomes a select; other mask uses are rejected with a
 // clear message.
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -291,30 +292,42 @@ Value floor_divide(Graph& g, Value a, Value b) {
   return g.select(adjust, g.binary("subtract", q, g.constant_int(1, g.type(a).dtype, dims)), q);
 }
 
-// scatter_reduce.two(self, dim, index, src, reduce, include_self). Without include_self, every element
-// that receives an update starts from the reduction's identity instead of its own value; "mean" divides
-// the sum by the number of contributions (floor division for integers, as PyTorch does).
-std::vector<Value> lower_scatter_reduce_two(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
-  ScatterArgs a = scatter_args(ctx, false);
-  const std::string& reduce = ctx.text(4);
-  const bool include_self = ctx.is_none(5) || ctx.boolean(5);
+// The scatter of one op: writes `updates` into `base` at the op's positions, combining with `combine`.
+using Scatter = std::function<Value(Value base, Value updates, Combine combine)>;
+
+// scatter_reduce's rules for `reduce` applied through `scatter`. Without include_self, every element that
+// receives an update starts from the reduction's identity instead of its own value; "mean" divides the sum
+// by the number of contributions (floor division for integers, as PyTorch does).
+Value reduce_into(Graph& g, Value self, Value updates, const std::string& reduce, bool include_self,
+                  const Scatter& scatter) {
+  const Type t = g.type(self);
+  const std::vector<int64_t> update_dims = g.type(updates).dims;
   const Combine combine = combine_of(reduce);
-  const Type t = g.type(a.self);
-  Value base = a.self;
+  Value base = self;
   if (!include_self) {
-    Value touched = scatter_points(g, g.constant_int(0, DType::kBool, t.dims), a.dim, a.index,
-                                   g.constant_int(1, DType::kBool, g.type(a.index).dims), Combine::kReplace);
-    base = g.select(touched, identity(g, combine, t.dtype, t.dims), a.self);
+    Value touched = scatter(g.constant_int(0, DType::kBool, t.dims), g.constant_int(1, DType::kBool, update_dims),
+                            Combine::kReplace);
+    base = g.select(touched, identity(g, combine, t.dtype, t.dims), self);
   }
-  Value result = scatter_points(g, base, a.dim, a.index, a.updates, combine);
+  Value result = scatter(base, updates, combine);
   if (reduce == "mean") {
-    Value count = scatter_points(g, g.constant_int(include_self ? 1 : 0, t.dtype, t.dims), a.dim, a.index,
-                                 g.constant_int(1, t.dtype, g.type(a.index).dims), Combine::kAdd);
+    Value count = scatter(g.constant_int(include_self ? 1 : 0, t.dtype, t.dims),
+                          g.constant_int(1, t.dtype, update_dims), Combine::kAdd);
     Value zero = g.constant_int(0, t.dtype, t.dims);
     count = g.select(g.compare(count, zero, Comparison::kEQ), g.constant_int(1, t.dtype, t.dims), count);
     result = is_floating(t.dtype) ? g.binary("divide", result, count) : floor_divide(g, result, count);
   }
+  return result;
+}
+
+// scatter_reduce.two(self, dim, index, src, reduce, include_self)
+std::vector<Value> lower_scatter_reduce_two(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  ScatterArgs a = scatter_args(ctx, false);
+  Value result = reduce_into(g, a.self, a.updates, ctx.text(4), ctx.is_none(5) || ctx.boolean(5),
+                             [&](Value base, Value updates, Combine combine) {
+                               return scatter_points(g, base, a.dim, a.index, updates, combine);
+                             });
   return {g.reshape(result, out(ctx).dims)};
 }
 
@@ -333,24 +346,10 @@ std::vector<Value> lower_index_reduce(LoweringContext& ctx) {
     throw std::invalid_argument("index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got " +
                                 reduce + ".");
   }
-  const bool include_self = ctx.is_none(5) || ctx.boolean(5);
-  const Combine combine = combine_of(reduce);
-  std::vector<int64_t> slice_dims = t.dims;
-  slice_dims[static_cast<size_t>(dim)] = g.type(index).numel();
-  Value base = self;
-  if (!include_self) {
-    Value touched = scatter_slices(g, g.constant_int(0, DType::kBool, t.dims), dim, index,
-                                   g.constant_int(1, DType::kBool, slice_dims), Combine::kReplace);
-    base = g.select(touched, identity(g, combine, t.dtype, t.dims), self);
-  }
-  Value result = scatter_slices(g, base, dim, index, source, combine);
-  if (reduce == "mean") {
-    Value count = scatter_slices(g, g.constant_int(include_self ? 1 : 0, t.dtype, t.dims), dim, index,
-                                 g.constant_int(1, t.dtype, slice_dims), Combine::kAdd);
-    Value zero = g.constant_int(0, t.dtype, t.dims);
-    count = g.select(g.compare(count, zero, Comparison::kEQ), g.constant_int(1, t.dtype, t.dims), count);
-    result = is_floating(t.dtype) ? g.binary("divide", result, count) : floor_divide(g, result, count);
-  }
+  Value result = reduce_into(g, self, source, reduce, ctx.is_none(5) || ctx.boolean(5),
+                             [&](Value base, Value updates, Combine combine) {
+                               return scatter_slices(g, base, dim, index, updates, combine);
+                             });
   return {g.reshape(result, out(ctx).dims)};
 }
 

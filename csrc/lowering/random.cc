@@ -53,14 +53,19 @@ Value shift_and_scale(Graph& g, Value z, Value mean, Value std) {
   return g.binary("add", g.binary("multiply", z, std), mean);
 }
 
-// normal_(self, mean, std, generator)
-std::vector<Value> lower_normal(LoweringContext& ctx) {
+// Samples of normal(mean, std) in the sampling dtype, mean and std being the scalar arguments 1 and 2
+// (normal_, log_normal_).
+Value normal_with_scalar_moments(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
   const DType dtype = sample_dtype(t.dtype);
   Value z = standard_normal(g, ctx.rng_state, t.dims, dtype);
-  Value sample = shift_and_scale(g, z, g.constant(ctx.real(1), dtype, t.dims), g.constant(ctx.real(2), dtype, t.dims));
-  return {g.convert(sample, t.dtype)};
+  return shift_and_scale(g, z, g.constant(ctx.real(1), dtype, t.dims), g.constant(ctx.real(2), dtype, t.dims));
+}
+
+// normal_(self, mean, std, generator)
+std::vector<Value> lower_normal(LoweringContext& ctx) {
+  return {ctx.graph.convert(normal_with_scalar_moments(ctx), out(ctx).dtype)};
 }
 
 // normal.Tensor_Tensor / Tensor_float / float_Tensor (mean, std, generator): the tensor arguments broadcast. CPU
@@ -85,12 +90,7 @@ std::vector<Value> lower_normal_functional(LoweringContext& ctx) {
 
 // log_normal_(self, mean, std, generator) = exp(normal(mean, std))
 std::vector<Value> lower_log_normal(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
-  const Type& t = out(ctx);
-  const DType dtype = sample_dtype(t.dtype);
-  Value z = standard_normal(g, ctx.rng_state, t.dims, dtype);
-  Value sample = shift_and_scale(g, z, g.constant(ctx.real(1), dtype, t.dims), g.constant(ctx.real(2), dtype, t.dims));
-  return {g.convert(g.unary("exponential", sample), t.dtype)};
+  return {ctx.graph.convert(ctx.graph.unary("exponential", normal_with_scalar_moments(ctx)), out(ctx).dtype)};
 }
 
 // cauchy_(self, median, sigma, generator): inverse CDF, median + sigma * tan(pi * (u - 1/2)).

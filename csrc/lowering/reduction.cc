@@ -376,9 +376,7 @@ std::vector<Value> lower_hash_tensor(LoweringContext& ctx) {
 
 // ---- cumsum/cumprod -------------------------------------------------------------------------------
 
-// Inclusive scan along `dim` as a reduce_window whose window spans the whole dim and is padded on the low
-// side with the identity: output i combines inputs 0..i. The plugin's reduce_window is quadratic in the
-// dim's length, which is fine for the sizes eager code scans; a log-depth scan can replace it later.
+// Inclusive sum or product scan along `dim`, in the accumulation dtype.
 Value cumulative(LoweringContext& ctx, Reducer reducer) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
@@ -386,20 +384,9 @@ Value cumulative(LoweringContext& ctx, Reducer reducer) {
   const Type t = g.type(x);
   if (t.rank() == 0 || t.numel() == 0) return x;
   const int64_t dim = reduction_dims({ctx.integer(1)}, t.rank())[0];
-  const int64_t n = t.dims[static_cast<size_t>(dim)];
-  std::vector<int64_t> window(t.dims.size(), 1), strides(t.dims.size(), 1);
-  window[static_cast<size_t>(dim)] = n;
-  std::string padding = "dense<[";
-  for (int64_t i = 0; i < t.rank(); ++i) {
-    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
-  }
-  padding += "]> : tensor<" + std::to_string(t.rank()) + "x2xi64>";
   const bool is_add = reducer == Reducer::kAdd;
-  Value init = g.constant_int(is_add ? 0 : 1, accumulate);
-  const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
-                                 ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
-  return g.op_multi("stablehlo.reduce_window", {x, init}, {t}, attributes,
-                    ir::scalar_region(is_add ? "stablehlo.add" : "stablehlo.multiply", accumulate))[0];
+  return inclusive_scan(g, {x}, {g.constant_int(is_add ? 0 : 1, accumulate)}, dim,
+                        ir::scalar_region(is_add ? "stablehlo.add" : "stablehlo.multiply", accumulate))[0];
 }
 
 // cumsum(self, dim, *, dtype?) and cumprod: integer and bool inputs give int64 (from the inferred output).
@@ -422,7 +409,6 @@ std::vector<Value> cumulative_extremum(LoweringContext& ctx, bool is_max) {
   if (t.rank() == 0) return {x, g.constant_int(0, DType::kI64, {})};
   if (t.numel() == 0) return {x, g.constant_int(0, DType::kI64, t.dims)};
   const int64_t dim = wrap_dim(ctx.integer(3), t.rank());
-  const int64_t n = t.dims[static_cast<size_t>(dim)];
   Value positions = g.iota(index_type, dim);
   const bool floating = is_floating(t.dtype);
   const Type scalar{t.dtype, {}}, index_scalar{DType::kI64, {}};
@@ -438,19 +424,9 @@ std::vector<Value> cumulative_extremum(LoweringContext& ctx, bool is_max) {
     Value b_wins = g.binary("or", beats, g.binary("and", same, g.compare(bi, ai, Comparison::kGT)));
     return std::vector<Value>{g.select(b_wins, bv, av), g.select(b_wins, bi, ai)};
   });
-  std::vector<int64_t> window(t.dims.size(), 1), strides(t.dims.size(), 1);
-  window[static_cast<size_t>(dim)] = n;
-  std::string padding = "dense<[";
-  for (int64_t i = 0; i < t.rank(); ++i) {
-    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
-  }
-  padding += "]> : tensor<" + std::to_string(t.rank()) + "x2xi64>";
-  const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
-                                 ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
   // The padding pairs never win: the lowest value (highest for min) at index -1.
-  std::vector<Value> scan = g.op_multi("stablehlo.reduce_window", {x, positions, extreme(g, t.dtype, is_max), g.constant_int(-1, DType::kI64)},
-                                       {t, index_type}, attributes, combiner);
-  return {scan[0], scan[1]};
+  return inclusive_scan(g, {x, positions}, {extreme(g, t.dtype, is_max), g.constant_int(-1, DType::kI64)}, dim,
+                        combiner);
 }
 std::vector<Value> lower_cummax_helper(LoweringContext& ctx) { return cumulative_extremum(ctx, true); }
 std::vector<Value> lower_cummin_helper(LoweringContext& ctx) { return cumulative_extremum(ctx, false); }

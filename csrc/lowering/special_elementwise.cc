@@ -269,14 +269,6 @@ std::vector<Value> lower_logcumsumexp(LoweringContext& ctx) {
   const Type t = g.type(x);
   if (t.rank() == 0 || t.numel() == 0) return {finish(ctx, x)};
   const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
-  const int64_t n = t.dims[static_cast<size_t>(dim)];
-  std::vector<int64_t> window(t.dims.size(), 1), strides(t.dims.size(), 1);
-  window[static_cast<size_t>(dim)] = n;
-  std::string padding = "dense<[";
-  for (int64_t i = 0; i < t.rank(); ++i) {
-    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
-  }
-  padding += "]> : tensor<" + std::to_string(t.rank()) + "x2xi64>";
   const std::string combiner = g.region({Type{compute, {}}, Type{compute, {}}}, [&](const std::vector<Value>& s) {
     Math m{g, compute, {}};
     Value gap = m.neg(m.abs(m.sub(s[0], s[1])));
@@ -284,9 +276,7 @@ std::vector<Value> lower_logcumsumexp(LoweringContext& ctx) {
     Value equal_infinities = m.both(m.eq(s[0], s[1]), m.eq(m.abs(s[0]), m.c(kInf)));  // the gap is NaN
     return std::vector<Value>{m.select(equal_infinities, s[0], r)};
   });
-  const std::string attributes = "window_dimensions = " + ir::dense_i64_array(window) +
-                                 ", window_strides = " + ir::dense_i64_array(strides) + ", padding = " + padding;
-  Value scan = g.op_multi("stablehlo.reduce_window", {x, g.constant(-kInf, compute)}, {t}, attributes, combiner)[0];
+  Value scan = inclusive_scan(g, {x}, {g.constant(-kInf, compute)}, dim, combiner)[0];
   return {finish(ctx, scan)};
 }
 
