@@ -74,6 +74,18 @@ Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Va
   return g.select(first_half, up, down);
 }
 
+Value stable_argsort(Graph& g, Value keys, int64_t dim, bool descending) {
+  const Type& t = g.type(keys);
+  const Type positions_type{DType::kI64, t.dims};
+  const Type key_scalar{t.dtype, {}}, position_scalar{DType::kI64, {}};
+  const std::string comparator =
+      g.region({key_scalar, key_scalar, position_scalar, position_scalar}, [&](const std::vector<Value>& a) {
+        return std::vector<Value>{g.compare(a[0], a[1], descending ? ir::Comparison::kGT : ir::Comparison::kLT)};
+      });
+  return g.op_multi("stablehlo.sort", {keys, g.iota(positions_type, dim)}, {t, positions_type},
+                    "dimension = " + std::to_string(dim) + " : i64, is_stable = true", comparator)[1];
+}
+
 std::vector<Value> inclusive_scan(Graph& g, const std::vector<Value>& operands, const std::vector<Value>& identities,
                                   int64_t dim, const std::string& combiner) {
   const Type& t = g.type(operands.at(0));

@@ -28,6 +28,10 @@ DType accumulation_dtype(DType dtype);
 // step is just `start`. linspace, logspace and histogram bin edges use it.
 Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps);
 
+// The positions along `dim` that sort `keys` (stable; keys must not hold NaN, which has no order here),
+// as int64 of keys' shape.
+Value stable_argsort(Graph& g, Value keys, int64_t dim, bool descending);
+
 // Inclusive scan of `operands` (one shape) along `dim`: result i combines elements 0..i with `combiner` (a
 // region over pairs of scalars, see Graph::region), as a reduce_window spanning the dim and padded on the low
 // side with `identities`. The plugin's reduce_window is quadratic in the dim's length, which is fine for the

@@ -272,20 +272,9 @@ std::vector<Value> lower_native_dropout_backward(LoweringContext& ctx) {
 std::vector<Value> lower_randperm(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
-  const Type positions_type{DType::kI64, t.dims};
-  Value positions = g.iota(positions_type, 0);
-  if (t.numel() <= 1) return {g.convert(positions, t.dtype)};
+  if (t.numel() <= 1) return {g.convert(g.iota(Type{DType::kI64, t.dims}, 0), t.dtype)};
   Value keys = g.rng_bit_generator(ctx.rng_state, Type{DType::kU64, t.dims}).second;
-  const std::string u64 = ir::to_mlir(Type{DType::kU64, {}});
-  const std::string body =
-      "      %c_lt = \"stablehlo.compare\"(%lhs0, %rhs0) {comparison_direction = #stablehlo<comparison_direction LT>, "
-      "compare_type = #stablehlo<comparison_type UNSIGNED>} : (" + u64 + ", " + u64 + ") -> tensor<i1>\n"
-      "      \"stablehlo.return\"(%c_lt) : (tensor<i1>) -> ()";
-  const std::string region = ir::region_text(
-      {{"%lhs0", DType::kU64}, {"%rhs0", DType::kU64}, {"%lhs1", DType::kI64}, {"%rhs1", DType::kI64}}, body);
-  std::vector<Value> sorted = g.op_multi("stablehlo.sort", {keys, positions}, {g.type(keys), positions_type},
-                                         "dimension = 0 : i64, is_stable = true", region);
-  return {g.convert(sorted[1], t.dtype)};
+  return {g.convert(stable_argsort(g, keys, 0, false), t.dtype)};
 }
 
 // ---- multinomial -----------------------------------------------------------------------------------
@@ -313,12 +302,7 @@ std::vector<Value> lower_multinomial(LoweringContext& ctx) {
   Value u = unit_uniform(g, ctx.rng_state, dims, dtype);
   Value gumbel = g.unary("negate", g.unary("log", g.unary("negate", g.unary("log", u))));
   Value keys = g.binary("add", broadcast_to(g, log_p, dims), gumbel);
-  const Type index_type{DType::kI64, dims};
-  const std::string descending = g.region(
-      {Type{dtype, {}}, Type{dtype, {}}, Type{DType::kI64, {}}, Type{DType::kI64, {}}},
-      [&](const std::vector<Value>& a) { return std::vector<Value>{g.compare(a[0], a[1], ir::Comparison::kGT)}; });
-  Value order = g.op_multi("stablehlo.sort", {keys, g.iota(index_type, 2)}, {g.type(keys), index_type},
-                           "dimension = 2 : i64, is_stable = true", descending)[1];
+  Value order = stable_argsort(g, keys, 2, true);
   const int64_t taken = replacement ? 1 : samples;
   Value picked = g.slice(order, {0, 0, 0}, {rows, draws, taken}, {1, 1, 1});
   return {g.reshape(picked, t.dims)};

@@ -262,13 +262,7 @@ std::vector<Value> lower_unfold_backward(LoweringContext& ctx) {
 // The flat positions of a 1-d bool `mask`, true ones first, each group in increasing order (a stable
 // sort on "is false"): element k < count of true is the k-th true position.
 Value true_positions_first(Graph& g, Value mask) {
-  const Type positions_type{DType::kI64, g.type(mask).dims};
-  Value is_false = g.convert(g.unary("not", mask), DType::kI32);
-  const std::string comparator = g.region(
-      {Type{DType::kI32, {}}, Type{DType::kI32, {}}, Type{DType::kI64, {}}, Type{DType::kI64, {}}},
-      [&](const std::vector<Value>& a) { return std::vector<Value>{g.compare(a[0], a[1], Comparison::kLT)}; });
-  return g.op_multi("stablehlo.sort", {is_false, g.iota(positions_type, 0)}, {g.type(is_false), positions_type},
-                    "dimension = 0 : i64, is_stable = true", comparator)[1];
+  return stable_argsort(g, g.convert(g.unary("not", mask), DType::kI32), 0, false);
 }
 
 // masked_scatter(self, mask, source): the k-th true position of the (broadcast) mask takes source's k-th
