@@ -74,6 +74,16 @@ Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Va
   return g.select(first_half, up, down);
 }
 
+Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates) {
+  const Type t = g.type(base);
+  return g.op_multi("stablehlo.scatter", {base, indices, updates}, {t},
+                    "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " +
+                        ir::bracket_list(dim_range(1, t.rank())) +
+                        ", inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
+                        "indices_are_sorted = false, unique_indices = false",
+                    ir::scalar_region("stablehlo.add", t.dtype))[0];
+}
+
 Value stable_argsort(Graph& g, Value keys, int64_t dim, bool descending) {
   const Type& t = g.type(keys);
   const Type positions_type{DType::kI64, t.dims};

@@ -28,6 +28,10 @@ DType accumulation_dtype(DType dtype);
 // step is just `start`. linspace, logspace and histogram bin edges use it.
 Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps);
 
+// Adds rows of `updates` ([K, D...] or [K]) into `base` ([W, D...] or [W]) at row indices [K, 1]
+// (stablehlo.scatter with an add region; repeated indices accumulate, out-of-range ones are dropped).
+Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates);
+
 // The positions along `dim` that sort `keys` (stable; keys must not hold NaN, which has no order here),
 // as int64 of keys' shape.
 Value stable_argsort(Graph& g, Value keys, int64_t dim, bool descending);

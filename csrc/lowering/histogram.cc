@@ -23,24 +23,23 @@ Value bin_counts(Graph& g, Value x, Value edges, Value weight, bool density) {
   const int64_t n = g.type(x).dims[0], edge_count = g.type(edges).dims[0], bins = edge_count - 1;
   auto edge = [&](int64_t i) { return g.reshape(g.slice(edges, {i}, {i + 1}, {1}), {}); };
   // Bin = number of edges <= x, minus one; the right edge belongs to the last bin.
-  Value at_or_below = g.compare(g.broadcast_in_dim(edges, {n, edge_count}, {1}), g.broadcast_in_dim(x, {n, edge_count}, {0}),
-                                Comparison::kLE);
-  Value bin = g.binary("subtract", g.reduce(g.convert(at_or_below, DType::kI64), g.constant_int(0, DType::kI64), {1}, Reducer::kAdd),
-                       g.constant_int(1, DType::kI64, {n}));
+  Value at_or_below = g.compare(g.broadcast_in_dim(edges, {n, edge_count}, {1}),
+                                g.broadcast_in_dim(x, {n, edge_count}, {0}), Comparison::kLE);
+  Value edges_at_or_below =
+      g.reduce(g.convert(at_or_below, DType::kI64), g.constant_int(0, DType::kI64), {1}, Reducer::kAdd);
+  Value bin = g.binary("subtract", edges_at_or_below, g.constant_int(1, DType::kI64, {n}));
   bin = g.binary("minimum", bin, g.constant_int(bins - 1, DType::kI64, {n}));
   Value inside = g.binary("and", g.compare(x, broadcast_to(g, edge(0), {n}), Comparison::kGE),
                           g.compare(x, broadcast_to(g, edge(bins), {n}), Comparison::kLE));
-  Value in_bin = g.binary("and", g.compare(g.iota(Type{DType::kI64, {n, bins}}, 1), g.broadcast_in_dim(bin, {n, bins}, {0}),
-                                           Comparison::kEQ),
-                          g.broadcast_in_dim(inside, {n, bins}, {0}));
-  Value amount = weight.valid() ? g.broadcast_in_dim(g.convert(weight, accumulate), {n, bins}, {0})
-                                : g.constant(1.0, accumulate, {n, bins});
-  Value hist = g.reduce(g.select(in_bin, amount, g.constant(0.0, accumulate, {n, bins})), g.constant(0.0, accumulate),
-                        {0}, Reducer::kAdd);
+  // Elements outside the edges go to row `bins`, which the scatter drops.
+  bin = g.select(inside, bin, g.constant_int(bins, DType::kI64, {n}));
+  Value amount = weight.valid() ? g.convert(weight, accumulate) : g.constant(1.0, accumulate, {n});
+  Value hist = scatter_add_rows(g, g.constant(0.0, accumulate, {bins}), g.reshape(bin, {n, 1}), amount);
   if (density) {
     Value total = g.reduce(hist, g.constant(0.0, accumulate), {0}, Reducer::kAdd);
     Value edges_wide = g.convert(edges, accumulate);
-    Value widths = g.binary("subtract", g.slice(edges_wide, {1}, {edge_count}, {1}), g.slice(edges_wide, {0}, {bins}, {1}));
+    Value widths =
+        g.binary("subtract", g.slice(edges_wide, {1}, {edge_count}, {1}), g.slice(edges_wide, {0}, {bins}, {1}));
     hist = g.binary("divide", hist, g.binary("multiply", broadcast_to(g, total, {bins}), widths));
   }
   return g.convert(hist, dtype);

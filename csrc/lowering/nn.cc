@@ -51,19 +51,6 @@ std::vector<bool> output_mask(const LoweringContext& ctx, size_t i, size_t count
   return mask;
 }
 
-Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates) {
-  const Type t = g.type(base);
-  std::vector<int64_t> window;
-  for (int64_t d = 1; d < t.rank(); ++d) window.push_back(d);
-  std::string window_list;
-  for (size_t i = 0; i < window.size(); ++i) window_list += (i ? ", " : "") + std::to_string(window[i]);
-  return g.op_multi("stablehlo.scatter", {base, indices, updates}, {t},
-                    "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [" + window_list +
-                        "], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
-                        "indices_are_sorted = false, unique_indices = false",
-                    ir::scalar_region("stablehlo.add", t.dtype))[0];
-}
-
 Value constant_vector(Graph& g, const std::vector<double>& values, DType dtype) {
   // Other float types are rounded once from float32.
   if (is_floating(dtype) && dtype != DType::kF32 && dtype != DType::kF64) {

@@ -25,9 +25,6 @@ Value like(Graph& g, Value x, double value);
 // The dims of `x` other than `dims`, in order: where broadcast_in_dim puts a reduced value back.
 std::vector<int64_t> kept_dims(int64_t rank, const std::vector<int64_t>& dims);
 
-// Adds rows of `updates` ([K, D...] or [K]) into `base` ([W, D...] or [W]) at row indices [K, 1]
-// (stablehlo.scatter with an add region; repeated indices accumulate, out-of-range ones are dropped).
-Value scatter_add_rows(Graph& g, Value base, Value indices, Value updates);
 
 // A 1-d constant holding `values` ([values.size()] of `dtype`), rounded to dtype once.
 // Rules that compute index tables or weights on the host (from static shapes) embed them this way.

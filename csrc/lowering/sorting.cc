@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "lowering/helpers.h"
-#include "lowering/nn.h"  // scatter_add_rows
 
 namespace torchtpu::lowering {
 namespace {
