@@ -68,8 +68,9 @@ struct OpState {
   std::vector<size_t> mutated;  // argument indices written by the op
   bool is_out_variant = false;
   // The `bool check_errors` argument of the linalg *_ex ops, -1 if none: when set, a failed factorization
-  // raises like the CPU kernels do, from the op's last result (info).
+  // raises like the CPU kernels do, from the op's last result (info), naming the op as `linalg_api`.
   int check_errors_arg = -1;
+  std::string linalg_api;
   OpCounters* counters = nullptr;
   std::mutex mutex;
   std::unordered_map<cache::ProgramKey, std::shared_ptr<CompiledOp>, cache::ProgramKeyHash> programs;
@@ -104,6 +105,15 @@ std::string functional_of(const c10::FunctionSchema& schema, const std::string& 
   return "";
 }
 
+// The name PyTorch's linalg errors give an op: "aten::_linalg_solve_ex.result" -> "linalg.solve_ex".
+std::string linalg_api_name(const std::string& op_name) {
+  std::string api = op_name.substr(op_name.find("::") + 2);
+  api = api.substr(0, api.find('.'));
+  if (api.rfind('_', 0) == 0) api.erase(0, 1);
+  if (api.rfind("linalg_", 0) == 0) api.replace(6, 1, ".");
+  return api;
+}
+
 const lowering::Rule* derive_rule(const c10::FunctionSchema& schema, bool is_out) {
   if (const lowering::Rule* exact = lowering::find_rule(full_name(schema))) return exact;
   std::string base = schema.name();
@@ -130,7 +140,10 @@ OpState& op_state(const c10::OperatorHandle& op) {
         state->mutated.push_back(i);
         if (arguments[i].kwarg_only()) state->is_out_variant = true;
       }
-      if (arguments[i].name() == "check_errors") state->check_errors_arg = static_cast<int>(i);
+      if (arguments[i].name() == "check_errors") {
+        state->check_errors_arg = static_cast<int>(i);
+        state->linalg_api = linalg_api_name(state->name);
+      }
     }
     state->rule = derive_rule(*schema, state->is_out_variant);
     TORCH_CHECK(state->rule != nullptr, "torchtpu: no lowering rule for ", state->name,
@@ -663,16 +676,6 @@ void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex 
   }
 }
 
-// What the CPU kernels of linalg_inv_ex, linalg_cholesky_ex, linalg_lu_factor_ex and _linalg_solve_ex do
-// with check_errors=True: raise PyTorch's error for the first failed matrix, named after the op.
-void raise_linalg_errors(const OpState& state, const at::Tensor& info) {
-  std::string api = state.name.substr(state.name.find("::") + 2);
-  api = api.substr(0, api.find('.'));
-  if (api.rfind('_', 0) == 0) api.erase(0, 1);
-  if (api.rfind("linalg_", 0) == 0) api.replace(6, 1, ".");
-  at::_linalg_check_errors(info, api, info.dim() == 0);
-}
-
 void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpState& state = op_state(op);
   if (log_ops()) std::fprintf(stderr, "[torchtpu] %s\n", state.name.c_str());
@@ -708,7 +711,11 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     const bool check_errors = state.check_errors_arg >= 0 && (*stack)[first + state.check_errors_arg].toBool();
     run(state, op.schema(), *compiled, *stack, first, device);
-    if (check_errors) raise_linalg_errors(state, stack->back().toTensor());
+    // What the CPU kernels do with check_errors=True: raise PyTorch's error for the first failed matrix.
+    if (check_errors) {
+      const at::Tensor& info = stack->back().toTensor();
+      at::_linalg_check_errors(info, state.linalg_api, info.dim() == 0);
+    }
   } catch (const runtime::PjrtError& e) {
     TORCH_CHECK(false, state.name, " on tpu failed: ", e.what());
   }
