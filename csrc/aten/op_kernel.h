@@ -1,8 +1,14 @@
 // The one kernel behind every lowered ATen op on the tpu device.
+//
+// A call is keyed (aten/op_key.h); a hit in the program cache leads straight to a compiled OpSignature,
+// whose plan gathers the argument buffers, runs the program through the eager driver and binds the
+// results. A miss builds the program (aten/op_build.h) first. Nothing on the hit path builds IR or text.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+
+#include <cstdint>
 
 namespace torchtpu::aten {
 
@@ -14,5 +20,14 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Checks that every tensor argument lives on one tpu device (0-dim CPU tensors count as scalars) and
 // returns that device's index. Raises PyTorch's own device-mismatch message otherwise.
 c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
+
+// The in-memory program cache: programs held, and programs evicted to respect
+// TORCHTPU_CACHE_MAX_PROGRAMS.
+struct ProgramCacheStats {
+  int64_t programs = 0;
+  int64_t evictions = 0;
+  int64_t capacity = 0;
+};
+ProgramCacheStats program_cache_stats();
 
 }  // namespace torchtpu::aten

@@ -13,9 +13,12 @@ Mode mode() {
   return chosen;
 }
 
-void after_execute(const std::vector<runtime::BufferPtr>& outputs) {
-  if (mode() != Mode::kDebug || outputs.empty()) return;
-  runtime::synchronize(outputs.front()->device());
+std::vector<runtime::BufferPtr> execute(const runtime::Executable& executable, int device,
+                                        const std::vector<const runtime::Buffer*>& arguments,
+                                        const std::vector<int64_t>& kept) {
+  std::vector<runtime::BufferPtr> outputs = executable.execute(device, arguments, kept);
+  if (mode() == Mode::kDebug) runtime::synchronize(device);
+  return outputs;
 }
 
 }  // namespace torchtpu::eager

@@ -7,12 +7,16 @@
 #include <vector>
 
 #include "runtime/buffer.h"
+#include "runtime/executable.h"
 
 namespace torchtpu::eager {
 
 enum class Mode { kStrict, kDebug };
 Mode mode();
-// Called with the outputs of every op execution.
-void after_execute(const std::vector<runtime::BufferPtr>& outputs);
+// Runs one op program now (see runtime::Executable::execute for `kept`); in debug mode waits for it, so an
+// execution error surfaces at the op that caused it.
+std::vector<runtime::BufferPtr> execute(const runtime::Executable& executable, int device,
+                                        const std::vector<const runtime::Buffer*>& arguments,
+                                        const std::vector<int64_t>& kept);
 
 }  // namespace torchtpu::eager

@@ -234,6 +234,20 @@ const Type& Graph::type(Value value) const { return values_.at(static_cast<size_
 
 void Graph::set_results(std::vector<Value> results) { results_ = std::move(results); }
 
+void Graph::alias_result(Value parameter, int result_index) { aliases_.emplace_back(parameter, result_index); }
+
+Value Graph::dynamic_slice(Value x, const std::vector<Value>& start, const std::vector<int64_t>& sizes) {
+  std::vector<Value> operands{x};
+  operands.insert(operands.end(), start.begin(), start.end());
+  return op("dynamic_slice", operands, Type{type(x).dtype, sizes}, "slice_sizes = " + dense_i64_array(sizes));
+}
+
+Value Graph::dynamic_update_slice(Value x, Value update, const std::vector<Value>& start) {
+  std::vector<Value> operands{x, update};
+  operands.insert(operands.end(), start.begin(), start.end());
+  return op("dynamic_update_slice", operands, type(x));
+}
+
 Value Graph::op(const std::string& name_, const std::vector<Value>& operands, const Type& result,
                 const std::string& attributes) {
   std::string text = "\"stablehlo." + name_ + "\"" + operand_list(operands);
@@ -452,6 +466,9 @@ std::string Graph::emit() const {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (i) out << ", ";
     out << "%arg" << i << ": " << to_mlir(type(parameters_[i]));
+    for (const auto& [parameter, result] : aliases_) {
+      if (parameter.id == parameters_[i].id) out << " {tf.aliasing_output = " << result << " : i32}";
+    }
   }
   out << ") -> (";
   for (size_t i = 0; i < results_.size(); ++i) {

@@ -38,7 +38,11 @@ class Graph {
  public:
   Value parameter(const Type& type);
   const Type& type(Value value) const;
+  size_t num_parameters() const { return parameters_.size(); }
   void set_results(std::vector<Value> results);
+  // Lets result `result_index` reuse the buffer of `parameter` (same type) when the caller donates it: an
+  // in-place update then runs without a second copy of its storage.
+  void alias_result(Value parameter, int result_index);
   const std::vector<Value>& results() const { return results_; }
   // The whole module, with one public function @main(parameters...) -> (results...).
   std::string emit() const;
@@ -75,6 +79,11 @@ class Graph {
   Value iota(const Type& type, int64_t dimension);
   // Joins `parts` along `dim` (a single part is returned as is).
   Value concatenate(const std::vector<Value>& parts, int64_t dim);
+  // x[start : start + sizes] with runtime start indices (rank-0 integers, one per dim). Like StableHLO,
+  // starts are clamped so the window stays inside x.
+  Value dynamic_slice(Value x, const std::vector<Value>& start, const std::vector<int64_t>& sizes);
+  // x with `update` written at the runtime start indices (clamped as in dynamic_slice).
+  Value dynamic_update_slice(Value x, Value update, const std::vector<Value>& start);
   Value compare(Value a, Value b, Comparison direction);
   Value select(Value predicate, Value on_true, Value on_false);
   Value reduce(Value x, Value init, const std::vector<int64_t>& dimensions, Reducer reducer);
@@ -118,6 +127,7 @@ class Graph {
   std::deque<ValueInfo> values_;
   std::vector<Value> parameters_;
   std::vector<Value> results_;
+  std::vector<std::pair<Value, int>> aliases_;  // (parameter, result index)
   // The node lists of the regions being built, innermost last: new nodes join the innermost one.
   std::vector<std::vector<size_t>> open_regions_;
 };

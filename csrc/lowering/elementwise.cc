@@ -24,6 +24,10 @@ Value scalar_like(LoweringContext& ctx, double value) {
   return ctx.graph.constant(value, opmath(ctx), out(ctx).dims);
 }
 
+// Scalar argument i in the opmath type, broadcast to the output: a runtime operand, so one program serves
+// every value (a learning rate, a momentum, a clamp bound).
+Value scalar_arg(LoweringContext& ctx, size_t i) { return ctx.scalar(i, opmath(ctx), out(ctx).dims); }
+
 std::vector<Value> binary_op(LoweringContext& ctx, const char* name) {
   return {finish(ctx, ctx.graph.binary(name, operand(ctx, 0), operand(ctx, 1)))};
 }
@@ -36,7 +40,8 @@ std::vector<Value> unary_op(LoweringContext& ctx, const char* name) {
 std::vector<Value> add_or_sub(LoweringContext& ctx, const char* name) {
   Graph& g = ctx.graph;
   Value other = operand(ctx, 1);
-  if (!ctx.is_none(2) && ctx.real(2) != 1.0) other = g.binary("multiply", other, scalar_like(ctx, ctx.real(2)));
+  // alpha is an operand like any scalar (SGD passes -lr here), so it is applied even when it is 1.
+  if (!ctx.is_none(2)) other = g.binary("multiply", other, scalar_arg(ctx, 2));
   return {finish(ctx, g.binary(name, operand(ctx, 0), other))};
 }
 
@@ -111,7 +116,7 @@ std::vector<Value> compare_scalar_op(LoweringContext& ctx, Comparison direction)
   Graph& g = ctx.graph;
   const Type compute{ctx.common_dtype, out(ctx).dims};
   Value a = cast_to(g, ctx.tensor(0), compute);
-  Value b = g.constant(ctx.real(1), compute.dtype, compute.dims);
+  Value b = ctx.scalar(1, compute.dtype, compute.dims);
   return {g.compare(a, b, direction)};
 }
 
@@ -162,17 +167,17 @@ std::vector<Value> lower_logical_not(LoweringContext& ctx) {
 std::vector<Value> lower_clamp(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = operand(ctx, 0);
-  if (!ctx.is_none(1)) x = g.binary("maximum", x, scalar_like(ctx, ctx.real(1)));
-  if (!ctx.is_none(2)) x = g.binary("minimum", x, scalar_like(ctx, ctx.real(2)));
+  if (!ctx.is_none(1)) x = g.binary("maximum", x, scalar_arg(ctx, 1));
+  if (!ctx.is_none(2)) x = g.binary("minimum", x, scalar_arg(ctx, 2));
   return {finish(ctx, x)};
 }
 
 std::vector<Value> lower_clamp_min(LoweringContext& ctx) {
-  return {finish(ctx, ctx.graph.binary("maximum", operand(ctx, 0), scalar_like(ctx, ctx.real(1))))};
+  return {finish(ctx, ctx.graph.binary("maximum", operand(ctx, 0), scalar_arg(ctx, 1)))};
 }
 
 std::vector<Value> lower_clamp_max(LoweringContext& ctx) {
-  return {finish(ctx, ctx.graph.binary("minimum", operand(ctx, 0), scalar_like(ctx, ctx.real(1))))};
+  return {finish(ctx, ctx.graph.binary("minimum", operand(ctx, 0), scalar_arg(ctx, 1)))};
 }
 
 // threshold_backward(grad_output, self, threshold): grad where self > threshold, else 0.
@@ -180,7 +185,7 @@ std::vector<Value> lower_threshold_backward(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value grad = operand(ctx, 0);
   Value self = operand(ctx, 1);
-  Value keep = g.compare(self, scalar_like(ctx, ctx.real(2)), Comparison::kGT);
+  Value keep = g.compare(self, scalar_arg(ctx, 2), Comparison::kGT);
   return {finish(ctx, g.select(keep, grad, scalar_like(ctx, 0)))};
 }
 
@@ -201,7 +206,7 @@ std::vector<Value> lower_sigmoid_backward(LoweringContext& ctx) {
 }
 
 std::vector<Value> lower_fill_scalar(LoweringContext& ctx) {
-  return {ctx.graph.constant(ctx.real(1), out(ctx).dtype, out(ctx).dims)};
+  return {ctx.scalar(1, out(ctx).dtype, out(ctx).dims)};
 }
 
 std::vector<Value> lower_fill_tensor(LoweringContext& ctx) { return {cast_to(ctx.graph, ctx.tensor(1), out(ctx))}; }
@@ -293,7 +298,7 @@ std::vector<Value> lower_exp2(LoweringContext& ctx) {
 
 // pow.Scalar(Scalar self, Tensor exponent)
 std::vector<Value> lower_pow_scalar(LoweringContext& ctx) {
-  return {finish(ctx, ctx.graph.binary("power", scalar_like(ctx, ctx.real(0)), operand(ctx, 1)))};
+  return {finish(ctx, ctx.graph.binary("power", scalar_arg(ctx, 0), operand(ctx, 1)))};
 }
 
 std::vector<Value> lower_isnan(LoweringContext& ctx) {
@@ -383,7 +388,7 @@ std::vector<Value> lower_logical_xor(LoweringContext& ctx) { return logical_op(c
 // fmod: C semantics (the result takes the dividend's sign), which is StableHLO's remainder.
 std::vector<Value> lower_fmod(LoweringContext& ctx) { return binary_op(ctx, "remainder"); }
 std::vector<Value> lower_fmod_scalar(LoweringContext& ctx) {
-  return {finish(ctx, ctx.graph.binary("remainder", operand(ctx, 0), scalar_like(ctx, ctx.real(1))))};
+  return {finish(ctx, ctx.graph.binary("remainder", operand(ctx, 0), scalar_arg(ctx, 1)))};
 }
 
 // remainder: Python semantics (the result takes the divisor's sign).
@@ -400,7 +405,7 @@ std::vector<Value> lower_remainder(LoweringContext& ctx) {
   return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), operand(ctx, 1)))};
 }
 std::vector<Value> lower_remainder_scalar(LoweringContext& ctx) {
-  return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), scalar_like(ctx, ctx.real(1))))};
+  return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), scalar_arg(ctx, 1)))};
 }
 
 std::vector<Value> lower_atan2(LoweringContext& ctx) { return binary_op(ctx, "atan2"); }
@@ -470,20 +475,20 @@ Value lerp(LoweringContext& ctx, Value weight) {
   Value small = g.compare(g.unary("abs", weight), scalar_like(ctx, 0.5), Comparison::kLT);
   return finish(ctx, g.select(small, low, high));
 }
-std::vector<Value> lower_lerp_scalar(LoweringContext& ctx) { return {lerp(ctx, scalar_like(ctx, ctx.real(2)))}; }
+std::vector<Value> lower_lerp_scalar(LoweringContext& ctx) { return {lerp(ctx, scalar_arg(ctx, 2))}; }
 std::vector<Value> lower_lerp_tensor(LoweringContext& ctx) { return {lerp(ctx, operand(ctx, 2))}; }
 
 // addcmul(self, tensor1, tensor2, value): self + value * tensor1 * tensor2
 std::vector<Value> lower_addcmul(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  Value term = g.binary("multiply", g.binary("multiply", operand(ctx, 1), operand(ctx, 2)), scalar_like(ctx, ctx.real(3)));
+  Value term = g.binary("multiply", g.binary("multiply", operand(ctx, 1), operand(ctx, 2)), scalar_arg(ctx, 3));
   return {finish(ctx, g.binary("add", operand(ctx, 0), term))};
 }
 
 // addcdiv(self, tensor1, tensor2, value): self + value * tensor1 / tensor2
 std::vector<Value> lower_addcdiv(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  Value term = g.binary("multiply", g.binary("divide", operand(ctx, 1), operand(ctx, 2)), scalar_like(ctx, ctx.real(3)));
+  Value term = g.binary("multiply", g.binary("divide", operand(ctx, 1), operand(ctx, 2)), scalar_arg(ctx, 3));
   return {finish(ctx, g.binary("add", operand(ctx, 0), term))};
 }
 

@@ -53,11 +53,6 @@ std::vector<int64_t> dim_range(int64_t begin, int64_t end) {
   return values;
 }
 
-Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::vector<int64_t>& dims) {
-  if (is_floating(dtype)) return ctx.graph.constant(ctx.real(i), dtype, dims);
-  if (dtype == DType::kBool) return ctx.graph.constant_int(ctx.real(i) != 0, dtype, dims);
-  return ctx.graph.constant_int(ctx.integer(i), dtype, dims);
-}
 
 Value symmetric_ramp(Graph& g, const std::vector<int64_t>& dims, Value start, Value end, int64_t steps) {
   Value index = g.iota(Type{DType::kF64, dims}, 0);

@@ -17,9 +17,6 @@ std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t ra
 int64_t wrap_dim(int64_t dim, int64_t rank);
 // begin, begin + 1, ..., end - 1.
 std::vector<int64_t> dim_range(int64_t begin, int64_t end);
-// Scalar argument i as a constant of `dtype` and `dims`: integers stay exact (ctx.real would round large
-// int64 values).
-Value scalar_constant(LoweringContext& ctx, size_t i, DType dtype, const std::vector<int64_t>& dims);
 // The type reductions accumulate in: float32 for 16-bit floats, as PyTorch does.
 DType accumulation_dtype(DType dtype);
 

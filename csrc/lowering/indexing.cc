@@ -132,7 +132,7 @@ std::vector<Value> lower_index_add(LoweringContext& ctx) {
   const DType dtype = g.type(self).dtype;
   Value source = g.convert(at_least_1d(g, ctx.tensor(3)), dtype);
   if (!ctx.is_none(4) && ctx.real(4) != 1.0) {
-    source = g.binary("multiply", source, scalar_constant(ctx, 4, dtype, g.type(source).dims));
+    source = g.binary("multiply", source, ctx.scalar(4, dtype, g.type(source).dims));
   }
   const int64_t dim = wrap_dim(ctx.integer(1), g.type(self).rank());
   return {g.reshape(scatter_slices(g, self, dim, ctx.tensor(2), source, Combine::kAdd), out(ctx).dims)};
@@ -156,7 +156,7 @@ std::vector<Value> index_fill(LoweringContext& ctx, bool value_is_tensor) {
   std::vector<int64_t> dims = t.dims;
   dims[static_cast<size_t>(dim)] = g.type(ctx.tensor(2)).numel();
   Value value = value_is_tensor ? cast_to(g, ctx.tensor(3), Type{t.dtype, dims})
-                                : scalar_constant(ctx, 3, t.dtype, dims);
+                                : ctx.scalar(3, t.dtype, dims);
   return {g.reshape(scatter_slices(g, self, dim, ctx.tensor(2), value, Combine::kReplace), out(ctx).dims)};
 }
 std::vector<Value> lower_index_fill_scalar(LoweringContext& ctx) { return index_fill(ctx, false); }
@@ -232,7 +232,7 @@ ScatterArgs scatter_args(LoweringContext& ctx, bool value_is_scalar) {
   a.dim = wrap_dim(ctx.integer(1), g.type(a.self).rank());
   a.index = at_least_1d(g, ctx.tensor(2));
   const DType dtype = g.type(a.self).dtype;
-  a.updates = value_is_scalar ? scalar_constant(ctx, 3, dtype, g.type(a.index).dims)
+  a.updates = value_is_scalar ? ctx.scalar(3, dtype, g.type(a.index).dims)
                               : g.convert(at_least_1d(g, ctx.tensor(3)), dtype);
   return a;
 }

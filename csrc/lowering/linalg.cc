@@ -125,10 +125,10 @@ std::vector<Value> lower_addr(LoweringContext& ctx) {
   const bool logical = t.dtype == DType::kBool;
   Value v1 = g.broadcast_in_dim(g.convert(ctx.tensor(1), t.dtype), t.dims, {0});
   Value v2 = g.broadcast_in_dim(g.convert(ctx.tensor(2), t.dtype), t.dims, {1});
-  Value alpha = scalar_constant(ctx, 4, t.dtype, t.dims);
+  Value alpha = ctx.scalar(4, t.dtype, t.dims);
   Value product = g.binary(logical ? "and" : "multiply", g.binary(logical ? "and" : "multiply", alpha, v1), v2);
   if (ctx.real(3) == 0) return {product};
-  Value scaled_self = g.binary(logical ? "and" : "multiply", scalar_constant(ctx, 3, t.dtype, t.dims),
+  Value scaled_self = g.binary(logical ? "and" : "multiply", ctx.scalar(3, t.dtype, t.dims),
                                cast_to(g, ctx.tensor(0), t));
   return {g.binary(logical ? "or" : "add", scaled_self, product)};
 }

@@ -26,6 +26,8 @@ Value operand(LoweringContext& ctx, size_t i) {
 }
 
 Value scalar_like(LoweringContext& ctx, double value) { return ctx.graph.constant(value, opmath(ctx), out(ctx).dims); }
+// Scalar argument i in the opmath type, broadcast to the output; a runtime operand (see elementwise.cc).
+Value scalar_arg(LoweringContext& ctx, size_t i) { return ctx.scalar(i, opmath(ctx), out(ctx).dims); }
 
 Value finish(LoweringContext& ctx, Value v) { return ctx.graph.convert(v, out(ctx).dtype); }
 
@@ -193,16 +195,16 @@ std::vector<Value> lower_log_sigmoid_backward(LoweringContext& ctx) {
 // hardtanh(self, min_val, max_val): clamp; minimum/maximum propagate NaN as torch.clamp does.
 std::vector<Value> lower_hardtanh(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  Value x = g.binary("maximum", operand(ctx, 0), scalar_like(ctx, ctx.real(1)));
-  return {finish(ctx, g.binary("minimum", x, scalar_like(ctx, ctx.real(2))))};
+  Value x = g.binary("maximum", operand(ctx, 0), scalar_arg(ctx, 1));
+  return {finish(ctx, g.binary("minimum", x, scalar_arg(ctx, 2)))};
 }
 
 // hardtanh_backward(grad_output, self, min_val, max_val): grad strictly inside (min, max), else 0.
 std::vector<Value> lower_hardtanh_backward(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = operand(ctx, 1);
-  Value inside = g.binary("and", g.compare(x, scalar_like(ctx, ctx.real(2)), Comparison::kGT),
-                          g.compare(x, scalar_like(ctx, ctx.real(3)), Comparison::kLT));
+  Value inside = g.binary("and", g.compare(x, scalar_arg(ctx, 2), Comparison::kGT),
+                          g.compare(x, scalar_arg(ctx, 3), Comparison::kLT));
   return {finish(ctx, g.select(inside, operand(ctx, 0), scalar_like(ctx, 0)))};
 }
 
@@ -211,7 +213,7 @@ std::vector<Value> lower_leaky_relu(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = operand(ctx, 0);
   Value positive = g.compare(x, scalar_like(ctx, 0), Comparison::kGT);
-  return {finish(ctx, g.select(positive, x, g.binary("multiply", x, scalar_like(ctx, ctx.real(1)))))};
+  return {finish(ctx, g.select(positive, x, g.binary("multiply", x, scalar_arg(ctx, 1))))};
 }
 
 // leaky_relu_backward(grad_output, self, negative_slope, self_is_result): self and result share signs.
@@ -219,7 +221,7 @@ std::vector<Value> lower_leaky_relu_backward(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value grad = operand(ctx, 0);
   Value positive = g.compare(operand(ctx, 1), scalar_like(ctx, 0), Comparison::kGT);
-  return {finish(ctx, g.select(positive, grad, g.binary("multiply", grad, scalar_like(ctx, ctx.real(2)))))};
+  return {finish(ctx, g.select(positive, grad, g.binary("multiply", grad, scalar_arg(ctx, 2))))};
 }
 
 // elu(self, alpha, scale, input_scale): x > 0 ? scale x : alpha scale (exp(input_scale x) - 1).
@@ -324,8 +326,8 @@ std::vector<Value> lower_threshold(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type t = out(ctx);
   Value x = cast_to(g, ctx.tensor(0), t);
-  Value below = g.compare(x, scalar_constant(ctx, 1, t.dtype, t.dims), Comparison::kLE);
-  return {g.select(below, scalar_constant(ctx, 2, t.dtype, t.dims), x)};
+  Value below = g.compare(x, ctx.scalar(1, t.dtype, t.dims), Comparison::kLE);
+  return {g.select(below, ctx.scalar(2, t.dtype, t.dims), x)};
 }
 
 // |x| <= lambd (false for NaN): where hardshrink and softshrink give 0, and their gradients vanish.

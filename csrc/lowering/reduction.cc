@@ -572,11 +572,11 @@ std::vector<Value> lower_segment_reduce(LoweringContext& ctx) {
   Value start = g.constant(r_op.identity, accumulate);
   Value r = g.reduce(g.select(member, spread, g.broadcast_in_dim(start, grid, {})), start, {seg.axis + 1}, r_op.reducer);
   const std::vector<int64_t> result_dims = g.type(r).dims;
-  if (has_initial) r = g.binary(r_op.combine, r, scalar_constant(ctx, 7, accumulate, result_dims));
+  if (has_initial) r = g.binary(r_op.combine, r, ctx.scalar(7, accumulate, result_dims));
   if (reduce == "mean") {
     Value length = per_segment(g, g.convert(seg.lengths, accumulate), result_dims);
     Value empty = g.compare(length, g.constant(0.0, accumulate, result_dims), Comparison::kEQ);
-    Value fallback = has_initial ? scalar_constant(ctx, 7, accumulate, result_dims)
+    Value fallback = has_initial ? ctx.scalar(7, accumulate, result_dims)
                                  : g.constant(std::numeric_limits<double>::quiet_NaN(), accumulate, result_dims);
     r = g.select(empty, fallback, g.binary("divide", r, length));
   }
@@ -646,7 +646,7 @@ std::vector<Value> lower_segment_reduce_backward(LoweringContext& ctx) {
     Value other_x = g.broadcast_in_dim(x, square, other_dims);
     Value exclusive = g.reduce(g.select(others, other_x, g.constant(1.0, accumulate, square)), g.constant(1.0, accumulate),
                                {seg.axis + 1}, Reducer::kMul);
-    if (!ctx.is_none(7)) exclusive = g.binary("multiply", exclusive, scalar_constant(ctx, 7, accumulate, data.dims));
+    if (!ctx.is_none(7)) exclusive = g.binary("multiply", exclusive, ctx.scalar(7, accumulate, data.dims));
     Value element_grad = to_elements(on_grid(grad));
     Value element_output = to_elements(on_grid(output));
     Value is_zero = g.compare(x, g.constant(0.0, accumulate, data.dims), Comparison::kEQ);

@@ -32,6 +32,14 @@ struct Arg {
   std::vector<int64_t> ints;    // kIntList
   std::vector<double> reals;    // kDoubleList
   std::string text;             // kString
+  // kInt / kDouble / kBool of a `Scalar` or `float` argument, or the kDoubleList of a `Scalar[]`: the value
+  // may be a runtime operand rather than a compile-time constant. `dynamic` says so; `operand` is its
+  // program value (rank-0 f64, i64 or i1; f64[n] for a list), created on first use through
+  // LoweringContext::operand or scalar. A rule that reads the value itself (real(),
+  // integer()) sets `read_statically`, and the caller then keys the program by that value.
+  bool dynamic = false;
+  Value operand;
+  mutable bool read_statically = false;
 };
 
 struct LoweringContext {
@@ -40,10 +48,22 @@ struct LoweringContext {
   std::vector<Type> outputs;  // result types, from shape inference
   DType common_dtype;         // PyTorch's result_type over the tensor and scalar arguments
   Value rng_state;            // ui64[2] (seed, offset); only for rules marked uses_rng
+  // Dynamic scalar arguments whose operands were created during lowering, in creation order: each became
+  // a program parameter, after the tensor reads and the RNG state. A rule that lowers through a copied
+  // context must create operands in its own context first (see foreach.cc).
+  std::vector<size_t> created_operands = {};
+
 
   Value tensor(size_t i) const;
+  // Scalar argument i (a number, or a dynamic operand) as a value of `dtype` broadcast to `dims`. Integers
+  // stay exact. This is how rules should use Scalar arguments: the program then serves every value.
+  Value scalar(size_t i, DType dtype, const std::vector<int64_t>& dims = {});
+  // The operand of dynamic scalar argument i (see Arg::operand), created on first use.
+  Value operand(size_t i);
   const Type& type_of(size_t i) const { return graph.type(tensor(i)); }
   bool is_none(size_t i) const { return i >= args.size() || args[i].kind == Arg::Kind::kNone; }
+  // The value of argument i at compile time. On a dynamic scalar this makes the value part of the program
+  // (and of its cache key): use scalar() wherever the value only enters the arithmetic.
   int64_t integer(size_t i) const;
   double real(size_t i) const;  // kDouble or kInt, as double
   bool boolean(size_t i) const { return integer(i) != 0; }

@@ -63,7 +63,7 @@ std::vector<Value> lower_constant_pad_nd(LoweringContext& ctx) {
     low[d] = pad[2 * k];
     high[d] = pad[2 * k + 1];
   }
-  Value value = ctx.is_none(2) ? g.constant_int(0, t.dtype) : scalar_constant(ctx, 2, t.dtype, {});
+  Value value = ctx.is_none(2) ? g.constant_int(0, t.dtype) : ctx.scalar(2, t.dtype, {});
   return {g.pad(x, value, low, high)};
 }
 
@@ -216,7 +216,7 @@ std::vector<Value> lower_masked_fill_scalar(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
   Value mask = cast_to(g, ctx.tensor(1), Type{DType::kBool, t.dims});
-  return {g.select(mask, scalar_constant(ctx, 2, t.dtype, t.dims), cast_to(g, ctx.tensor(0), t))};
+  return {g.select(mask, ctx.scalar(2, t.dtype, t.dims), cast_to(g, ctx.tensor(0), t))};
 }
 
 std::vector<Value> lower_masked_fill_tensor(LoweringContext& ctx) {

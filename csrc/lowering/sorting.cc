@@ -309,7 +309,7 @@ void reject_bool_search(const LoweringContext& ctx, const char* op) {
 // A tensor argument or, for the Scalar overloads, a scalar argument, as a value of `dtype`.
 Value tensor_or_scalar(LoweringContext& ctx, size_t i, DType dtype) {
   if (ctx.args[i].kind == Arg::Kind::kTensor) return ctx.graph.convert(ctx.tensor(i), dtype);
-  return scalar_constant(ctx, i, dtype, {});
+  return ctx.scalar(i, dtype, {});
 }
 
 // bucketize.Tensor(self, boundaries, *, out_int32, right) and bucketize.Scalar
@@ -376,8 +376,8 @@ std::vector<Value> lower_histc(LoweringContext& ctx) {
     low = g.reduce(x, g.constant(inf, t.dtype), {0}, ir::Reducer::kMin);
     high = g.reduce(x, g.constant(-inf, t.dtype), {0}, ir::Reducer::kMax);
   } else {
-    low = scalar_constant(ctx, 2, t.dtype, {});
-    high = scalar_constant(ctx, 3, t.dtype, {});
+    low = ctx.scalar(2, t.dtype, {});
+    high = ctx.scalar(3, t.dtype, {});
   }
   Value empty_range = g.compare(low, high, ir::Comparison::kEQ);
   low = g.select(empty_range, g.binary("subtract", low, g.constant(1, t.dtype)), low);

@@ -13,7 +13,7 @@ namespace {
 std::vector<Value> lower_rsub(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value self = operand(ctx, 0);
-  if (!ctx.is_none(2) && ctx.real(2) != 1.0) self = g.binary("multiply", self, scalar_constant(ctx, 2, opmath(ctx), out(ctx).dims));
+  if (!ctx.is_none(2)) self = g.binary("multiply", self, ctx.scalar(2, opmath(ctx), out(ctx).dims));
   return {finish(ctx, g.binary("subtract", operand(ctx, 1), self))};
 }
 

@@ -41,8 +41,36 @@ Value LoweringContext::tensor(size_t i) const {
   return args[i].tensor;
 }
 
+Value LoweringContext::operand(size_t i) {
+  Arg& a = args.at(i);
+  if (!a.dynamic) throw std::invalid_argument("argument " + std::to_string(i) + " is not a dynamic scalar");
+  if (!a.operand.valid()) {
+    if (a.kind == Arg::Kind::kDoubleList) {
+      a.operand = graph.parameter(Type{DType::kF64, {static_cast<int64_t>(a.reals.size())}});
+    } else {
+      const DType dtype = a.kind == Arg::Kind::kDouble ? DType::kF64 : a.kind == Arg::Kind::kInt ? DType::kI64 : DType::kBool;
+      a.operand = graph.parameter(Type{dtype, {}});
+    }
+    created_operands.push_back(i);
+  }
+  return a.operand;
+}
+
+Value LoweringContext::scalar(size_t i, DType dtype, const std::vector<int64_t>& dims) {
+  const Arg& a = args.at(i);
+  if (a.dynamic) {
+    Value v = operand(i);
+    if (graph.type(v).dtype != dtype) v = graph.convert(v, dtype);
+    return dims.empty() ? v : graph.broadcast_in_dim(v, dims, {});
+  }
+  if (is_floating(dtype)) return graph.constant(real(i), dtype, dims);
+  if (dtype == DType::kBool) return graph.constant_int(real(i) != 0, dtype, dims);
+  return graph.constant_int(integer(i), dtype, dims);
+}
+
 int64_t LoweringContext::integer(size_t i) const {
   const Arg& a = args.at(i);
+  a.read_statically = true;
   if (a.kind == Arg::Kind::kInt || a.kind == Arg::Kind::kBool) return a.integer;
   if (a.kind == Arg::Kind::kDouble) return static_cast<int64_t>(a.real);
   throw std::invalid_argument("argument " + std::to_string(i) + " is not an integer");
@@ -50,6 +78,7 @@ int64_t LoweringContext::integer(size_t i) const {
 
 double LoweringContext::real(size_t i) const {
   const Arg& a = args.at(i);
+  a.read_statically = true;
   if (a.kind == Arg::Kind::kDouble) return a.real;
   if (a.kind == Arg::Kind::kInt || a.kind == Arg::Kind::kBool) return static_cast<double>(a.integer);
   throw std::invalid_argument("argument " + std::to_string(i) + " is not a number");
@@ -63,6 +92,7 @@ const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
 
 const std::vector<double>& LoweringContext::reals(size_t i) const {
   const Arg& a = args.at(i);
+  a.read_statically = true;
   if (a.kind != Arg::Kind::kDoubleList) throw std::invalid_argument("argument " + std::to_string(i) + " is not a float list");
   return a.reals;
 }

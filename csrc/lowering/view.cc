@@ -33,10 +33,10 @@ Value reinterpret(Graph& g, Value flat, DType dtype) {
 }
 
 // Flat element index of every view position, shaped sizes + [1] (the gather/scatter index layout).
-Value flat_indices(Graph& g, const ViewGeometry& view) {
+Value flat_indices(Graph& g, const ViewGeometry& view, Value offset) {
   std::vector<int64_t> dims = view.sizes;
   dims.push_back(1);
-  Value index = g.constant_int(view.offset, DType::kI64, dims);
+  Value index = offset.valid() ? g.broadcast_in_dim(offset, dims, {}) : g.constant_int(view.offset, DType::kI64, dims);
   for (size_t d = 0; d < view.sizes.size(); ++d) {
     if (view.strides[d] == 0 || view.sizes[d] == 1) continue;
     Value position = g.iota(Type{DType::kI64, dims}, static_cast<int64_t>(d));
@@ -48,7 +48,7 @@ Value flat_indices(Graph& g, const ViewGeometry& view) {
 
 // The strided read as dense slicing when the (non-broadcast, non-unit) dims nest: each stride a multiple
 // of the next and large enough that rows do not overlap. Returns an invalid Value otherwise.
-Value structured_read(Graph& g, Value flat, const ViewGeometry& view) {
+Value structured_read(Graph& g, Value flat, const ViewGeometry& view, Value offset) {
   std::vector<int64_t> kept;  // original dims that are neither size 1 nor broadcast
   for (size_t d = 0; d < view.sizes.size(); ++d) {
     if (view.sizes[d] != 1 && view.strides[d] != 0) kept.push_back(static_cast<int64_t>(d));
@@ -64,7 +64,8 @@ Value structured_read(Graph& g, Value flat, const ViewGeometry& view) {
   const int64_t storage_numel = g.type(flat).dims[0];
   Value dense;  // shaped as the kept dims in `order`
   if (order.empty()) {
-    dense = g.reshape(g.slice(flat, {view.offset}, {view.offset + 1}, {1}), {});
+    Value element = offset.valid() ? g.dynamic_slice(flat, {offset}, {1}) : g.slice(flat, {view.offset}, {view.offset + 1}, {1});
+    dense = g.reshape(element, {});
   } else {
     // Box: [s_0, t_0/t_1, ..., t_{m-2}/t_{m-1}, t_{m-1}] laid over flat[offset : offset + s_0 * t_0].
     std::vector<int64_t> box;
@@ -72,14 +73,25 @@ Value structured_read(Graph& g, Value flat, const ViewGeometry& view) {
     for (size_t k = 1; k < order.size(); ++k) box.push_back(view.strides[order[k - 1]] / view.strides[order[k]]);
     box.push_back(view.strides[order.back()]);
     const int64_t span = view.sizes[order[0]] * view.strides[order[0]];
-    Value source = flat;
-    const int64_t end = view.offset + span;
-    if (end > storage_numel) {
-      // The last row's padding runs past the storage; it is sliced away below.
-      Value zero = g.constant_int(0, g.type(flat).dtype);
-      source = g.pad(flat, zero, {0}, {end - storage_numel});
+    Value zero = g.constant_int(0, g.type(flat).dtype);
+    Value window;
+    if (offset.valid()) {
+      // The view's last element is at most storage_numel - 1, so padding by the box's slack past it keeps
+      // every valid offset inside the padded storage, and dynamic_slice never clamps.
+      int64_t extent = 1;
+      for (int64_t d : order) extent += (view.sizes[d] - 1) * view.strides[d];
+      Value source = span > extent ? g.pad(flat, zero, {0}, {span - extent}) : flat;
+      window = g.dynamic_slice(source, {offset}, {span});
+    } else {
+      Value source = flat;
+      const int64_t end = view.offset + span;
+      if (end > storage_numel) {
+        // The last row's padding runs past the storage; it is sliced away below.
+        source = g.pad(flat, zero, {0}, {end - storage_numel});
+      }
+      window = g.slice(source, {view.offset}, {end}, {1});
     }
-    Value boxed = g.reshape(g.slice(source, {view.offset}, {end}, {1}), box);
+    Value boxed = g.reshape(window, box);
     std::vector<int64_t> start(box.size(), 0), limit, unit(box.size(), 1);
     for (size_t k = 0; k < order.size(); ++k) limit.push_back(view.sizes[order[k]]);
     limit.push_back(1);
@@ -125,19 +137,22 @@ bool covers_storage(const ViewGeometry& view, DType storage_dtype, int64_t stora
              static_cast<size_t>(storage_numel) * element_size(storage_dtype);
 }
 
-Value read_view(Graph& g, Value flat, const ViewGeometry& view) {
+Value read_view(Graph& g, Value flat, const ViewGeometry& view, Value offset) {
   Value typed = reinterpret(g, flat, view.dtype);
   if (view.numel() == 0) return g.constant_int(0, view.dtype, view.sizes);
-  Value structured = structured_read(g, typed, view);
+  Value structured = structured_read(g, typed, view, offset);
   if (structured.valid()) return structured;
-  return g.gather_flat(typed, flat_indices(g, view));
+  return g.gather_flat(typed, flat_indices(g, view, offset));
 }
 
-Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value) {
+Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value, Value offset) {
   Value typed = reinterpret(g, flat, view.dtype);
   const int64_t n = g.type(typed).dims[0];
-  if (covers_storage(view, view.dtype, n)) return g.reshape(value, {n});
+  if (!offset.valid() && covers_storage(view, view.dtype, n)) return g.reshape(value, {n});
   if (view.numel() == 0) return typed;
+  if (offset.valid() && view.is_contiguous()) {
+    return g.dynamic_update_slice(typed, g.reshape(value, {view.numel()}), {offset});
+  }
   if (view.is_contiguous()) {
     // A dense run: splice it in with slices and a concatenation-free pad/select.
     Value run = g.reshape(value, {view.numel()});
@@ -150,7 +165,7 @@ Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value) {
                             g.compare(position, hi, ir::Comparison::kLT));
     return g.select(inside, placed, typed);
   }
-  return g.scatter_flat(typed, flat_indices(g, view), value);
+  return g.scatter_flat(typed, flat_indices(g, view, offset), value);
 }
 
 }  // namespace torchtpu::lowering

@@ -24,9 +24,12 @@ struct ViewGeometry {
 // True when the view is the whole storage, dense and in order: a write may then simply replace the buffer.
 bool covers_storage(const ViewGeometry& view, DType storage_dtype, int64_t storage_numel);
 
-// `flat` is the storage: a 1-d value of the storage's dtype.
-ir::Value read_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view);
+// `flat` is the storage: a 1-d value of the storage's dtype. When `offset` is valid (a rank-0 i64 value)
+// it is the view's storage offset at run time and view.offset is ignored: one program then serves the
+// same view at every position (x[i] in a loop, a KV-cache write at a moving position).
+ir::Value read_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value offset = {});
 // Returns the new flat storage, in the view's dtype, with `value` (of the view's sizes) written through it.
-ir::Value write_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value value);
+ir::Value write_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value value,
+                     ir::Value offset = {});
 
 }  // namespace torchtpu::lowering

@@ -69,8 +69,14 @@ Buffer::Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int de
   account(device_, static_cast<int64_t>(nbytes()));
 }
 
-Buffer::~Buffer() {
+void Buffer::mark_donated() const {
+  if (donated_) return;
+  donated_ = true;
   account(device_, -static_cast<int64_t>(nbytes()));
+}
+
+Buffer::~Buffer() {
+  if (!donated_) account(device_, -static_cast<int64_t>(nbytes()));
   const PJRT_Api* api = plugin().api;
   PJRT_Buffer_Destroy_Args args{};
   args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;

@@ -26,9 +26,13 @@ class Buffer {
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype_); }
   // The PJRT_Buffer*, for runtime/ only.
   void* pjrt() const { return pjrt_buffer_; }
+  // Called when an execution took this buffer's memory for an output: its bytes stop counting as live
+  // now, and the handle must not be read again.
+  void mark_donated() const;
 
  private:
   void* pjrt_buffer_;
+  mutable bool donated_ = false;
   DType dtype_;
   std::vector<int64_t> dims_;
   int device_;

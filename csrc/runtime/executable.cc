@@ -1,13 +1,17 @@
 #include "runtime/executable.h"
 
+#include <algorithm>
+
 #include "runtime/compile_options.h"
 #include "runtime/error.h"
 #include "runtime/pjrt_api.h"
 
 namespace torchtpu::runtime {
 
-Executable::Executable(void* loaded_executable, std::vector<ArrayType> output_types)
-    : loaded_executable_(loaded_executable), output_types_(std::move(output_types)) {}
+Executable::Executable(void* loaded_executable, std::vector<ArrayType> output_types, std::vector<int64_t> aliased_inputs)
+    : loaded_executable_(loaded_executable),
+      output_types_(std::move(output_types)),
+      aliased_inputs_(std::move(aliased_inputs)) {}
 
 Executable::~Executable() {
   const PJRT_Api* api = plugin().api;
@@ -17,7 +21,8 @@ Executable::~Executable() {
   destroy_error(api, api->PJRT_LoadedExecutable_Destroy(&args));  // a destructor must not throw
 }
 
-std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& arguments) const {
+std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& arguments,
+                                           const std::vector<int64_t>& kept) const {
   const Plugin& p = plugin();
   std::vector<PJRT_Buffer*> inputs;
   inputs.reserve(arguments.size());
@@ -34,6 +39,8 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
 
   PJRT_ExecuteOptions options{};
   options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  options.non_donatable_input_indices = kept.data();
+  options.num_non_donatable_input_indices = kept.size();
   PJRT_LoadedExecutable_Execute_Args args{};
   args.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
   args.executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
@@ -47,6 +54,9 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   args.execute_device = p.devices.at(static_cast<size_t>(device));
   check(p.api, p.api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
 
+  for (int64_t aliased : aliased_inputs_) {
+    if (std::find(kept.begin(), kept.end(), aliased) == kept.end()) arguments[static_cast<size_t>(aliased)]->mark_donated();
+  }
   std::vector<BufferPtr> results;
   results.reserve(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -56,7 +66,8 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   return results;
 }
 
-std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<ArrayType> output_types) {
+std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<ArrayType> output_types,
+                                    std::vector<int64_t> aliased_inputs) {
   const Plugin& p = plugin();
   static const char kFormat[] = "mlir";
   PJRT_Program program{};
@@ -73,7 +84,7 @@ std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<Ar
   args.compile_options = options.data();
   args.compile_options_size = options.size();
   check(p.api, p.api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
-  return std::make_unique<Executable>(args.executable, std::move(output_types));
+  return std::make_unique<Executable>(args.executable, std::move(output_types), std::move(aliased_inputs));
 }
 
 }  // namespace torchtpu::runtime

@@ -1,0 +1,418 @@
+#include "aten/op_build.h"
+
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "aten/op_key.h"
+#include "aten/storage.h"
+#include "lowering/view.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using lowering::Arg;
+using lowering::ViewGeometry;
+
+// The same kind of list as `like`, holding `elements`.
+c10::IValue make_list(const c10::IValue& like, const std::vector<at::Tensor>& elements) {
+  if (like.isTensorList()) return c10::List<at::Tensor>(elements);
+  c10::List<std::optional<at::Tensor>> list;
+  for (const at::Tensor& t : elements) list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+  return list;
+}
+
+ViewGeometry geometry(const at::Tensor& t) {
+  return ViewGeometry{to_dtype(t.scalar_type()), t.sizes().vec(), t.strides().vec(), t.storage_offset()};
+}
+
+ir::Type ir_type(const at::Tensor& t) { return ir::Type{to_dtype(t.scalar_type()), t.sizes().vec()}; }
+
+// Whether the rule reads the argument's current value: out= arguments and the self of ops that overwrite
+// it (fill_, copy_, uniform_, ...) are only written.
+bool rule_reads(const OpInfo& info, size_t arg) {
+  if (!is_mutated(info, arg)) return true;
+  if (info.is_out_variant) return false;
+  return !(info.rule->overwrites_first_arg && arg == 0);
+}
+
+// A write replaces the whole buffer when the view covers its storage; otherwise it scatters into it.
+bool replaces_storage(const at::Tensor& t) {
+  const auto [dtype, numel] = storage_layout(t);
+  return lowering::covers_storage(geometry(t), dtype, numel);
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+
+c10::IValue to_meta(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (is_tensor_list(v)) {
+    std::vector<at::Tensor> elements = list_elements(v);
+    for (at::Tensor& t : elements) t = to_meta(t);
+    return make_list(v, elements);
+  }
+  // A factory's device argument: the meta kernel must build meta tensors, not dispatch back to tpu.
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
+  return v;
+}
+
+// The arguments with every device tensor replaced by a zero-filled CPU tensor of its size, strides and dtype.
+std::vector<c10::IValue> cpu_stand_ins(const torch::jit::Stack& stack, size_t first) {
+  auto to_cpu = [](const at::Tensor& t) {
+    if (!t.defined() || t.device().is_cpu()) return t;
+    return at::zeros_like(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU)));
+  };
+  std::vector<c10::IValue> args;
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      args.push_back(to_cpu(v.toTensor()));
+    } else if (is_tensor_list(v)) {
+      std::vector<at::Tensor> elements = list_elements(v);
+      for (at::Tensor& t : elements) t = to_cpu(t);
+      args.push_back(make_list(v, elements));
+    } else if (v.isGenerator()) {
+      args.push_back(c10::IValue());  // a tpu generator cannot drive a CPU kernel
+    } else {
+      args.push_back(v);
+    }
+  }
+  return args;
+}
+
+// Reruns a failing op on CPU stand-ins of its arguments and throws CPU's error, if CPU raises one; throws
+// DataDependentShape if CPU accepts them. Only reached on the error path.
+void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
+  std::vector<c10::IValue> args = cpu_stand_ins(stack, first);
+  torch::jit::Stack cpu_stack(args.begin(), args.end());
+  op.callBoxed(&cpu_stack);  // throws CPU's error, which is what we want the user to see
+  throw DataDependentShape{};
+}
+
+// Ops whose meta kernels describe other outputs than CPU's kernels return: in eval mode batch norm saves
+// no statistics on CPU (shape [0], the meta kernel says [C]); for 16-bit inputs CPU keeps the saved
+// statistics in the input's dtype (the meta kernel says float32); an unbatched multilabel_margin_loss with
+// reduction='none' is 0-d on CPU ([1] says the meta kernel). Their outputs are shaped by running CPU on
+// stand-ins instead, so tpu returns what CPU does.
+bool shaped_on_cpu(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+      "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
+      "aten::_batch_norm_with_update", "aten::multilabel_margin_loss_forward"};
+  return ops.count(name) != 0;
+}
+
+at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first) {
+  at::native::ResultTypeState state;
+  bool any = false;
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined()) {
+      state = at::native::update_result_type_state(v.toTensor(), state);
+      any = true;
+    } else if (v.isScalar() && !v.isBool()) {
+      at::Tensor wrapped = at::scalar_tensor(v.toScalar(), at::TensorOptions().dtype(
+          v.isDouble() ? at::kDouble : at::kLong));
+      wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+      state = at::native::update_result_type_state(wrapped, state);
+    }
+  }
+  return any ? at::native::result_type(state) : at::kFloat;
+}
+
+// Builds the program's graph and its parameter plan. Every parameter gets one ParamSource, in creation
+// order, which is the program's parameter order.
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(OpSignature& signature) : signature_(signature) {}
+
+  ir::Graph& graph() { return graph_; }
+
+  ir::Value parameter(const ir::Type& type, ParamSource source) {
+    return adopt(graph_.parameter(type), source);
+  }
+  // Files a parameter the rule created itself (a lazily created scalar operand).
+  ir::Value adopt(ir::Value parameter, ParamSource source) {
+    signature_.params.push_back(source);
+    parameters_.push_back(parameter);
+    return parameter;
+  }
+
+  // A tensor argument (or list element) as a value: a 0-dim CPU tensor is a scalar operand; a device
+  // tensor is its whole storage read through its view, with a nonzero storage offset as an operand.
+  ir::Value read(const at::Tensor& t, size_t arg, int element) {
+    if (is_cpu_scalar(t)) return parameter({to_dtype(t.scalar_type()), {}}, {ParamSource::Kind::kCpuScalar, arg, element});
+    const auto [dtype, numel] = storage_layout(t);
+    ir::Value flat = parameter({dtype, {numel}}, {ParamSource::Kind::kStorage, arg, element});
+    reads_.push_back({arg, element, flat});
+    return lowering::read_view(graph_, flat, geometry(t), offset(t, arg, element));
+  }
+
+  // The new storage contents of a mutated argument with `value` written through its view. Records the
+  // parameter whose buffer the result may take over (the storage read or the write base), if any.
+  ir::Value write(const at::Tensor& target, size_t arg, int element, ir::Value value, size_t write_index) {
+    const auto [storage_dtype, storage_numel] = storage_layout(target);
+    ir::Value result;
+    ir::Value donor;
+    if (replaces_storage(target)) {
+      result = graph_.reshape(value, {graph_.type(value).numel()});
+      for (const Read& r : reads_) {
+        if (r.arg == arg && r.element == element && graph_.type(r.flat) == graph_.type(result)) donor = r.flat;
+      }
+    } else {
+      ir::Value base = parameter({storage_dtype, {storage_numel}}, {ParamSource::Kind::kWriteBase, arg, element});
+      result = lowering::write_view(graph_, base, geometry(target), value, offset(target, arg, element));
+      if (graph_.type(result) == graph_.type(base)) donor = base;
+    }
+    if (donor.valid()) {
+      const size_t index = static_cast<size_t>(std::find_if(parameters_.begin(), parameters_.end(),
+                                                            [&](ir::Value p) { return p.id == donor.id; }) -
+                                               parameters_.begin());
+      donations_.emplace_back(donor, write_index);
+      signature_.donations.emplace_back(index, write_index);
+    }
+    return result;
+  }
+
+  // Marks each donation in the program, once the results are known: write w is result `first_write + w`.
+  void alias_donations(size_t first_write) {
+    for (const auto& [parameter, write] : donations_) graph_.alias_result(parameter, static_cast<int>(first_write + write));
+  }
+
+ private:
+  ir::Value offset(const at::Tensor& t, size_t arg, int element) {
+    if (t.storage_offset() == 0) return ir::Value{};
+    return parameter({DType::kI64, {}}, {ParamSource::Kind::kOffset, arg, element});
+  }
+
+  struct Read {
+    size_t arg;
+    int element;
+    ir::Value flat;
+  };
+  OpSignature& signature_;
+  ir::Graph graph_;
+  std::vector<ir::Value> parameters_;
+  std::vector<Read> reads_;
+  std::vector<std::pair<ir::Value, size_t>> donations_;
+};
+
+Arg scalar_arg(const c10::IValue& v, bool dynamic) {
+  Arg a;
+  if (v.isDouble()) {
+    a.kind = Arg::Kind::kDouble;
+    a.real = v.toDouble();
+  } else {
+    TORCH_CHECK(!v.isComplexDouble(), "tpu does not support complex scalars yet");
+    a.kind = v.isBool() ? Arg::Kind::kBool : Arg::Kind::kInt;
+    a.integer = v.isBool() ? v.toBool() : v.toInt();
+  }
+  a.dynamic = dynamic;
+  return a;
+}
+
+// The mutated tensors present in this call, in argument order: (argument, element or -1, tensor).
+struct WriteTarget {
+  size_t arg;
+  int element;
+  at::Tensor tensor;
+};
+std::vector<WriteTarget> write_targets(const OpInfo& info, torch::jit::Stack& stack, size_t first) {
+  std::vector<WriteTarget> targets;
+  for (size_t arg : info.mutated) {
+    const c10::IValue& v = stack[first + arg];
+    if (is_tensor_list(v)) {
+      const std::vector<at::Tensor> elements = list_elements(v);
+      for (size_t k = 0; k < elements.size(); ++k) {
+        if (elements[k].defined()) targets.push_back({arg, static_cast<int>(k), elements[k]});
+      }
+    } else if (v.isTensor() && v.toTensor().defined()) {
+      targets.push_back({arg, -1, v.toTensor()});
+    }
+  }
+  return targets;
+}
+
+}  // namespace
+
+std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack& stack,
+                                      size_t first) {
+  const size_t num_args = stack.size() - first;
+  // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
+  // meta_args keeps the meta arguments alive: out= and other mutated ones are resized by the meta kernel.
+  std::vector<c10::IValue> meta_args;
+  if (shaped_on_cpu(info.name)) {
+    meta_args = cpu_stand_ins(stack, first);
+  } else {
+    for (size_t i = first; i < stack.size(); ++i) meta_args.push_back(to_meta(stack[i]));
+  }
+  torch::jit::Stack meta_stack(meta_args.begin(), meta_args.end());
+  try {
+    op.callBoxed(&meta_stack);
+  } catch (...) {
+    // Some meta kernels (several are Python) word their errors differently from CPU's; the user should
+    // read CPU's message.
+    check_arguments_on_cpu(op, stack, first);
+  }
+  auto signature = std::make_shared<OpSignature>();
+  signature->uses_rng = info.rule->uses_rng;
+
+  // The rule's outputs: functional results first (returns that alias no argument, in return order, lists
+  // flattened), then the new values of the mutated tensors that are present, in argument order.
+  std::vector<ir::Type> outputs;
+  std::vector<bool> undefined_outputs;
+  const auto& returns = op.schema().returns();
+  size_t alias_index = 0;
+  for (size_t j = 0; j < returns.size(); ++j) {
+    if (returns[j].alias_info()) {
+      signature->returns.push_back({ReturnPlan::Kind::kAlias, alias_index++, 1});
+      continue;
+    }
+    const c10::IValue& r = meta_stack.at(j);
+    if (r.isTensorList()) {
+      const c10::List<at::Tensor> list = r.toTensorList();
+      signature->returns.push_back({ReturnPlan::Kind::kTensorList, outputs.size(), list.size()});
+      for (const at::Tensor& t : list) {
+        outputs.push_back(ir_type(t));
+        undefined_outputs.push_back(false);
+      }
+    } else {
+      // An undefined result (output_mask false) gets a placeholder type; its rule returns an invalid Value.
+      const at::Tensor& t = r.toTensor();
+      signature->returns.push_back({ReturnPlan::Kind::kTensor, outputs.size(), 1});
+      outputs.push_back(t.defined() ? ir_type(t) : ir::Type{DType::kF32, {0}});
+      undefined_outputs.push_back(!t.defined());
+    }
+  }
+  const size_t num_functional = outputs.size();
+  // out= tensors take the shapes the meta kernel gave their stand-ins.
+  for (size_t arg : info.mutated) {
+    c10::IValue& real = stack[first + arg];
+    if (!real.isTensor() || !real.toTensor().defined()) continue;
+    const at::Tensor& meta = meta_args[arg].toTensor();
+    if (real.toTensor().sizes() != meta.sizes()) real.toTensor().resize_(meta.sizes());
+  }
+  const std::vector<WriteTarget> targets = write_targets(info, stack, first);
+  for (const WriteTarget& target : targets) outputs.push_back(ir_type(target.tensor));
+
+  ProgramBuilder builder(*signature);
+  ir::Graph& g = builder.graph();
+  lowering::LoweringContext ctx{g, {}, outputs, to_dtype(common_dtype(stack, first)), {}};
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& v = stack[first + i];
+    Arg a;
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && rule_reads(info, i)) {
+        a.kind = Arg::Kind::kTensor;
+        a.tensor = builder.read(t, i, -1);
+        a.contiguous = t.is_contiguous();
+      }
+    } else if (is_tensor_list(v)) {
+      a.kind = Arg::Kind::kTensorList;
+      const std::vector<at::Tensor> elements = list_elements(v);
+      for (size_t k = 0; k < elements.size(); ++k) {
+        // A missing optional element (e.g. an index slot in Tensor?[]) is an invalid Value; a list that
+        // is only written (a foreach out list) is not read.
+        const bool read = elements[k].defined() && rule_reads(info, i);
+        a.tensors.push_back(read ? builder.read(elements[k], i, static_cast<int>(k)) : ir::Value{});
+      }
+    } else if (info.arg_classes[i] == ArgClass::kScalarList) {
+      a.kind = Arg::Kind::kDoubleList;
+      for (const c10::IValue& e : v.toList()) a.reals.push_back(e.isDouble() ? e.toDouble() : static_cast<double>(e.isBool() ? e.toBool() : e.toInt()));
+      a.dynamic = true;
+    } else if (v.isScalar()) {
+      a = scalar_arg(v, info.arg_classes[i] == ArgClass::kScalarOperand);
+    } else if (v.isIntList()) {
+      a.kind = Arg::Kind::kIntList;
+      a.ints = v.toIntVector();
+    } else if (v.isDoubleList()) {
+      a.kind = Arg::Kind::kDoubleList;
+      a.reals = v.toDoubleVector();
+    } else if (v.isString()) {
+      a.kind = Arg::Kind::kString;
+      a.text = v.toStringRef();
+    } else if (v.isBoolList()) {
+      // bool[] (output_mask) reaches rules as 0/1 ints.
+      a.kind = Arg::Kind::kIntList;
+      for (bool b : v.toBoolList()) a.ints.push_back(b);
+    }
+    ctx.args.push_back(a);
+  }
+  if (signature->uses_rng) {
+    ctx.rng_state = builder.parameter(ir::Type{DType::kU64, {2}}, {ParamSource::Kind::kRngState});
+    for (const ir::Type& t : outputs) signature->rng_draws += 2 * t.numel();  // normal_ draws two per sample
+  }
+
+  std::vector<ir::Value> results;
+  try {
+    results = info.rule->lower(ctx);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "torchtpu: lowering ", info.name, " failed: ", e.what());
+  }
+  TORCH_INTERNAL_ASSERT(results.size() == outputs.size(), "rule for ", info.name, " returned ", results.size(),
+                        " values for ", outputs.size(), " outputs");
+  // Scalar operands the rule created become parameters after the tensor reads and the RNG state; scalars
+  // it read at compile time key every later program of this op by value.
+  for (size_t i : ctx.created_operands) {
+    const bool list = ctx.args[i].kind == Arg::Kind::kDoubleList;
+    builder.adopt(ctx.args[i].operand, {list ? ParamSource::Kind::kScalarList : ParamSource::Kind::kScalar, i});
+  }
+  TORCH_INTERNAL_ASSERT(g.num_parameters() == signature->params.size(), "rule for ", info.name,
+                        " created a program parameter outside its context");
+  uint64_t read_statically = 0;
+  for (size_t i = 0; i < ctx.args.size(); ++i) {
+    if (ctx.args[i].dynamic && ctx.args[i].read_statically) read_statically |= uint64_t{1} << i;
+  }
+  if (read_statically != 0) info.static_scalars.fetch_or(read_statically);
+
+  std::vector<ir::Value> program_results;
+  std::vector<runtime::ArrayType> result_types;
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (r < num_functional && undefined_outputs[r]) {
+      OutputBinding binding{{}, at::kFloat, DType::kF32, {}};
+      binding.defined = false;
+      signature->functional.push_back(binding);
+      continue;
+    }
+    ir::Value value = g.convert(results[r], outputs[r].dtype);
+    OutputBinding binding{outputs[r].dims, to_scalar_type(outputs[r].dtype), outputs[r].dtype, {}};
+    if (r < num_functional) {
+      binding.buffer_dims = {outputs[r].numel()};
+      value = g.reshape(value, binding.buffer_dims);
+      signature->functional.push_back(binding);
+    } else {
+      // Write through the mutated tensor's view into its whole storage.
+      const WriteTarget& target = targets[r - num_functional];
+      binding.arg = target.arg;
+      binding.element = target.element;
+      value = builder.write(target.tensor, target.arg, target.element, value, signature->writes.size());
+      binding.buffer_dims = g.type(value).dims;
+      signature->writes.push_back(binding);
+    }
+    program_results.push_back(value);
+    result_types.push_back({binding.buffer_dtype, binding.buffer_dims});
+  }
+  g.set_results(program_results);
+  builder.alias_donations(program_results.size() - signature->writes.size());
+  const std::string text = g.emit();
+  if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());
+  std::vector<int64_t> aliased;
+  for (const auto& donation : signature->donations) aliased.push_back(static_cast<int64_t>(donation.first));
+  signature->executable = runtime::compile(text, std::move(result_types), std::move(aliased));
+  return signature;
+}
+
+}  // namespace torchtpu::aten

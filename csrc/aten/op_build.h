@@ -1,0 +1,25 @@
+// Building an op's program on a cache miss: shape and dtype inference through PyTorch's meta kernels,
+// lowering through the op's rule, the parameter plan, donation, compilation.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <memory>
+
+#include "aten/op_info.h"
+#include "aten/op_signature.h"
+
+namespace torchtpu::aten {
+
+// Thrown when the meta kernel cannot infer this call's output shapes but CPU accepts the arguments: the
+// output shape depends on the data (x[bool_mask], ...), so the call runs through the CPU fallback.
+struct DataDependentShape {};
+
+// Builds and compiles the program for this call. Raises CPU's error for bad arguments. Afterwards
+// info.static_scalars includes every scalar argument the rule read at compile time, so the caller must
+// compute the key it files the program under after this returns.
+std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack& stack,
+                                      size_t first);
+
+}  // namespace torchtpu::aten

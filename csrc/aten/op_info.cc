@@ -1,0 +1,127 @@
+#include "aten/op_info.h"
+
+#include <memory>
+#include <unordered_map>
+
+namespace torchtpu::aten {
+namespace {
+
+std::string full_name(const c10::FunctionSchema& schema) {
+  return schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
+}
+
+// "name:type" of each argument that is not written (the out= arguments of out overloads are dropped).
+std::vector<std::string> input_signature(const c10::FunctionSchema& schema, bool drop_written) {
+  std::vector<std::string> signature;
+  for (const auto& a : schema.arguments()) {
+    if (drop_written && a.alias_info() && a.alias_info()->isWrite()) continue;
+    signature.push_back(a.name() + ":" + a.type()->str());
+  }
+  return signature;
+}
+
+// The functional overload of `functional_name` whose arguments match this in-place or out= overload's
+// inputs by name and type (an alias annotation is not part of the type): add.out must map to add.Tensor,
+// not to add.Scalar with the same argument names, and pow_.Scalar to pow.Tensor_Scalar, not to pow.Scalar.
+std::string functional_of(const c10::FunctionSchema& schema, const std::string& functional_name, bool is_out) {
+  const std::vector<std::string> wanted = input_signature(schema, is_out);
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name != functional_name) continue;
+    auto handle = c10::Dispatcher::singleton().findSchema(name);
+    if (!handle || !handle->hasSchema() || handle->schema().is_mutable()) continue;
+    std::vector<std::string> candidate = input_signature(handle->schema(), false);
+    if (candidate == wanted) return full_name(handle->schema());
+  }
+  return "";
+}
+
+// The name PyTorch's linalg errors give an op: "aten::_linalg_solve_ex.result" -> "linalg.solve_ex".
+std::string linalg_api_name(const std::string& op_name) {
+  std::string api = op_name.substr(op_name.find("::") + 2);
+  api = api.substr(0, api.find('.'));
+  if (api.rfind('_', 0) == 0) api.erase(0, 1);
+  if (api.rfind("linalg_", 0) == 0) api.replace(6, 1, ".");
+  return api;
+}
+
+const lowering::Rule* derive_rule(const c10::FunctionSchema& schema, bool is_out) {
+  if (const lowering::Rule* exact = lowering::find_rule(full_name(schema))) return exact;
+  std::string base = schema.name();
+  if (!is_out) {
+    if (base.empty() || base.back() != '_') return nullptr;
+    base.pop_back();  // in-place "foo_" -> functional "foo"
+  }
+  const std::string functional = functional_of(schema, base, is_out);
+  return functional.empty() ? nullptr : lowering::find_rule(functional);
+}
+
+ArgClass classify(const c10::Argument& argument) {
+  c10::TypePtr type = argument.type();
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType:
+      return ArgClass::kTensor;
+    case c10::TypeKind::NumberType:
+    case c10::TypeKind::FloatType:
+      return ArgClass::kScalarOperand;
+    case c10::TypeKind::ListType: {
+      const c10::TypePtr element = type->castRaw<c10::ListType>()->getElementType();
+      if (element->kind() == c10::TypeKind::NumberType) return ArgClass::kScalarList;
+      const bool tensors = element->kind() == c10::TypeKind::TensorType ||
+                           (element->kind() == c10::TypeKind::OptionalType &&
+                            element->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType);
+      return tensors ? ArgClass::kTensorList : ArgClass::kStatic;
+    }
+    default:
+      return ArgClass::kStatic;
+  }
+}
+
+std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
+  auto info = std::make_unique<OpInfo>();
+  info->name = full_name(schema);
+  const auto& arguments = schema.arguments();
+  TORCH_CHECK(arguments.size() <= 64, "torchtpu: ", info->name, " has more than 64 arguments");
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    info->arg_classes.push_back(classify(arguments[i]));
+    if (arguments[i].alias_info() && arguments[i].alias_info()->isWrite()) {
+      info->mutated.push_back(i);
+      if (arguments[i].kwarg_only()) info->is_out_variant = true;
+    }
+    if (arguments[i].name() == "check_errors") {
+      info->check_errors_arg = static_cast<int>(i);
+      info->linalg_api = linalg_api_name(info->name);
+    }
+  }
+  info->rule = derive_rule(schema, info->is_out_variant);
+  TORCH_CHECK(info->rule != nullptr, "torchtpu: no lowering rule for ", info->name,
+              " although it is registered for tpu (this is a torchtpu bug)");
+  info->counters = &op_counters(info->name);
+  return info;
+}
+
+}  // namespace
+
+OpInfo& op_info(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* schema = &op.schema();
+  // Each thread remembers the overloads it has seen; only a thread's first call of an op takes the lock.
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo*> seen;
+  auto hit = seen.find(schema);
+  if (hit != seen.end()) return *hit->second;
+  static std::mutex registry_mutex;
+  static std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> infos;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto& slot = infos[schema];
+  if (!slot) slot = make_op_info(*schema);
+  seen.emplace(schema, slot.get());
+  return *slot;
+}
+
+bool is_mutated(const OpInfo& info, size_t arg) {
+  for (size_t m : info.mutated) {
+    if (m == arg) return true;
+  }
+  return false;
+}
+
+}  // namespace torchtpu::aten

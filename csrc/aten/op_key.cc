@@ -1,0 +1,191 @@
+#include "aten/op_key.h"
+
+#include <sstream>
+
+#include "aten/storage.h"
+
+namespace torchtpu::aten {
+namespace {
+
+// Tags that keep words of different argument kinds apart.
+enum Tag : int64_t {
+  kUndefined = -1,
+  kNone = -2,
+  kGenerator = -3,
+  kDeviceTensor = 1,
+  kCpuScalarTensor = 2,
+  kFloat = 10,
+  kBool = 11,
+  kInt = 12,
+};
+
+int64_t scalar_tag(const c10::IValue& v) {
+  if (v.isDouble()) return kFloat;
+  if (v.isBool()) return kBool;
+  TORCH_CHECK(!v.isComplexDouble(), "tpu does not support complex scalars yet");
+  return kInt;
+}
+
+void add_value(cache::ProgramKey& key, const c10::IValue& v) {
+  if (v.isDouble()) key.add_double(v.toDouble());
+  else if (v.isBool()) key.add(v.toBool());
+  else key.add(v.toInt());
+}
+
+void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    key.add(kUndefined);
+    return;
+  }
+  key.add(static_cast<int64_t>(t.scalar_type()));
+  if (is_cpu_scalar(t)) {
+    // The value is a runtime operand. Wrapped numbers (from Python scalars) promote differently from
+    // other 0-dim tensors, so the flag is part of the program.
+    key.add(kCpuScalarTensor);
+    key.add(t.unsafeGetTensorImpl()->is_wrapped_number());
+    return;
+  }
+  key.add(kDeviceTensor);
+  key.add_list(t.sizes().data(), t.sizes().size());
+  key.add_list(t.strides().data(), t.strides().size());
+  key.add(t.storage_offset() == 0);  // a nonzero offset is a runtime operand
+  const auto [dtype, numel] = storage_layout(t);
+  key.add(static_cast<int64_t>(dtype));
+  key.add(numel);
+}
+
+void add_static(const OpInfo& info, cache::ProgramKey& key, const c10::IValue& v) {
+  if (v.isNone()) {
+    key.add(kNone);
+  } else if (v.isInt() || v.isDouble() || v.isBool()) {
+    key.add(scalar_tag(v));
+    add_value(key, v);
+  } else if (v.isIntList()) {
+    const auto ints = v.toIntVector();
+    key.add_list(ints.data(), ints.size());
+  } else if (v.isDoubleList()) {
+    const std::vector<double> reals = v.toDoubleVector();
+    key.add(static_cast<int64_t>(reals.size()));
+    for (double r : reals) key.add_double(r);
+  } else if (v.isString()) {
+    key.add_string(v.toStringRef());
+  } else if (v.isBoolList()) {
+    const c10::List<bool> bools = v.toBoolList();
+    key.add(static_cast<int64_t>(bools.size()));
+    for (bool b : bools) key.add(b);
+  } else if (v.isDevice()) {
+    key.add(v.toDevice().index());
+  } else if (v.isGenerator()) {
+    key.add(kGenerator);  // the generator's state is a runtime input, not part of the program
+  } else {
+    TORCH_CHECK(false, "torchtpu: ", info.name, " has an argument kind the tpu kernel does not handle: ", v.tagKind());
+  }
+}
+
+}  // namespace
+
+bool is_cpu_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
+
+bool is_tensor_list(const c10::IValue& v) { return v.isTensorList() || v.isOptionalTensorList(); }
+
+std::vector<at::Tensor> list_elements(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(t);
+  } else {
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) out.push_back(t.value_or(at::Tensor()));
+  }
+  return out;
+}
+
+cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
+  cache::ProgramKey key;
+  key.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&info)));
+  const uint64_t static_scalars = info.static_scalars.load(std::memory_order_relaxed);
+  for (size_t i = first; i < stack.size(); ++i) {
+    const size_t arg = i - first;
+    const c10::IValue& v = stack[i];
+    const bool read_statically = (static_scalars >> arg) & 1;
+    switch (info.arg_classes[arg]) {
+      case ArgClass::kTensor:
+        if (v.isNone()) key.add(kNone);
+        else add_tensor(key, v.toTensor());
+        break;
+      case ArgClass::kTensorList: {
+        if (!is_tensor_list(v)) {
+          add_static(info, key, v);
+          break;
+        }
+        if (v.isTensorList()) {
+          const c10::List<at::Tensor> list = v.toTensorList();
+          key.add(static_cast<int64_t>(list.size()));
+          for (const at::Tensor& t : list) add_tensor(key, t);
+        } else {
+          const auto list = v.toOptionalTensorList();
+          key.add(static_cast<int64_t>(list.size()));
+          for (const std::optional<at::Tensor>& t : list) add_tensor(key, t.value_or(at::Tensor()));
+        }
+        break;
+      }
+      case ArgClass::kScalarOperand:
+        if (v.isNone()) {
+          key.add(kNone);
+          break;
+        }
+        key.add(scalar_tag(v));
+        if (read_statically) add_value(key, v);
+        break;
+      case ArgClass::kScalarList: {
+        const c10::List<c10::IValue> list = v.toList();
+        key.add(static_cast<int64_t>(list.size()));
+        for (const c10::IValue& element : list) {
+          key.add(scalar_tag(element));
+          if (read_statically) add_value(key, element);
+        }
+        break;
+      }
+      case ArgClass::kStatic:
+        add_static(info, key, v);
+        break;
+    }
+  }
+  return key;
+}
+
+std::string describe_call(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
+  std::ostringstream out;
+  const uint64_t static_scalars = info.static_scalars.load(std::memory_order_relaxed);
+  auto tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) {
+      out << "None";
+      return;
+    }
+    out << c10::toString(t.scalar_type()) << t.sizes();
+    if (is_cpu_scalar(t)) out << "(cpu)";
+    else if (t.storage_offset() != 0) out << "@offset";
+  };
+  for (size_t i = first; i < stack.size(); ++i) {
+    const size_t arg = i - first;
+    if (arg) out << ", ";
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      tensor(v.toTensor());
+    } else if (is_tensor_list(v)) {
+      out << "[";
+      const std::vector<at::Tensor> elements = list_elements(v);
+      for (size_t k = 0; k < elements.size(); ++k) {
+        if (k) out << ", ";
+        tensor(elements[k]);
+      }
+      out << "]";
+    } else if (info.arg_classes[arg] == ArgClass::kScalarOperand && !v.isNone()) {
+      out << (v.isDouble() ? "float" : v.isBool() ? "bool" : "int");
+      if ((static_scalars >> arg) & 1) out << "=" << v << " (compile-time value)";
+    } else {
+      out << v;
+    }
+  }
+  return out.str();
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,67 @@
+// One compiled op program and the plan that connects it to a call's arguments, cached per (op, key).
+//
+// The plan lists where each program parameter comes from and where each program result goes, so that a
+// cache hit runs the program without looking at the rule, building IR or reading the schema again.
+#pragma once
+
+#include <ATen/core/ATen_fwd.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "runtime/executable.h"
+
+namespace torchtpu::aten {
+
+// Where a program parameter comes from, in parameter order.
+struct ParamSource {
+  enum class Kind {
+    kStorage,      // the whole storage of a tensor argument (or list element), read through its view
+    kCpuScalar,    // a 0-dim CPU tensor argument: its value, uploaded as a rank-0 array
+    kScalar,       // a Scalar / float argument: its value (f64, i64 or bool)
+    kScalarList,   // a Scalar[] argument: its values as one f64 array
+    kOffset,       // the storage offset (elements) of a tensor argument's view, as i64
+    kRngState,     // the generator's (seed, offset) for this call
+    kWriteBase,    // the whole storage of a mutated argument, which a partial write scatters into
+  };
+  Kind kind;
+  size_t arg = 0;    // argument index (not used by kRngState)
+  int element = -1;  // element of a tensor-list argument, or -1
+};
+
+// How one program result is bound: a new tensor, or the new storage contents of a mutated argument.
+struct OutputBinding {
+  std::vector<int64_t> sizes;  // functional output sizes (contiguous), or the mutated arg's sizes
+  at::ScalarType dtype;
+  DType buffer_dtype;          // the program result's element type
+  std::vector<int64_t> buffer_dims;
+  size_t arg = 0;              // for writes: the mutated argument's index
+  int element = -1;            // for writes into a tensor list: the element
+  bool defined = true;         // false: an undefined result (a backward op's output_mask entry was false)
+};
+
+// What the schema's returns are made of, in return order.
+struct ReturnPlan {
+  enum class Kind { kAlias, kTensor, kTensorList };
+  Kind kind;
+  size_t index = 0;  // kAlias: which mutated argument; kTensor/kTensorList: first functional binding
+  size_t count = 1;  // kTensorList: number of bindings
+};
+
+struct OpSignature {
+  std::unique_ptr<runtime::Executable> executable;
+  std::vector<ParamSource> params;
+  std::vector<OutputBinding> functional;  // in return order (lists flattened)
+  std::vector<OutputBinding> writes;      // one per mutated tensor (or list element) present, in argument order
+  std::vector<ReturnPlan> returns;
+  // (parameter, write) pairs the program aliases: the write may take the parameter's buffer (donation)
+  // when nothing else holds it.
+  std::vector<std::pair<size_t, size_t>> donations;
+  bool uses_rng = false;
+  int64_t rng_draws = 0;
+};
+
+}  // namespace torchtpu::aten

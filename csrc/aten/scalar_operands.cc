@@ -1,0 +1,77 @@
+#include "aten/scalar_operands.h"
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "aten/metrics.h"
+#include "aten/storage.h"
+
+namespace torchtpu::aten {
+namespace {
+
+// Values worth remembering per thread; past this the cache starts over (a changing value, such as Adam's
+// bias correction, must not grow it without bound).
+constexpr size_t kMaxCachedScalars = 1024;
+
+struct ScalarKey {
+  int device;
+  DType dtype;
+  uint64_t bits;
+  bool operator==(const ScalarKey& o) const { return device == o.device && dtype == o.dtype && bits == o.bits; }
+};
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    return std::hash<uint64_t>()(k.bits) ^ (static_cast<size_t>(k.dtype) << 8) ^ static_cast<size_t>(k.device);
+  }
+};
+
+runtime::BufferPtr upload_bytes(DType dtype, const void* bytes, size_t size, std::vector<int64_t> dims, int device) {
+  // The plugin reads the host bytes asynchronously; the copy lives until it says it is done.
+  auto host = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(bytes),
+                                                     static_cast<const uint8_t*>(bytes) + size);
+  record_transfer(/*to_device=*/true, size);
+  return runtime::upload(host->data(), dtype, dims, device, [host]() mutable { host.reset(); });
+}
+
+}  // namespace
+
+runtime::BufferPtr scalar_buffer(DType dtype, const void* bytes, size_t size, int device) {
+  thread_local std::unordered_map<ScalarKey, runtime::BufferPtr, ScalarKeyHash> cache;
+  ScalarKey key{device, dtype, 0};
+  std::memcpy(&key.bits, bytes, std::min(size, sizeof key.bits));
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= kMaxCachedScalars) cache.clear();
+  runtime::BufferPtr buffer = upload_bytes(dtype, bytes, size, {}, device);
+  cache.emplace(key, buffer);
+  return buffer;
+}
+
+runtime::BufferPtr scalar_buffer(const c10::IValue& value, int device) {
+  if (value.isDouble()) {
+    const double v = value.toDouble();
+    return scalar_buffer(DType::kF64, &v, sizeof v, device);
+  }
+  if (value.isBool()) {
+    const bool v = value.toBool();
+    return scalar_buffer(DType::kBool, &v, sizeof v, device);
+  }
+  const int64_t v = value.toInt();
+  return scalar_buffer(DType::kI64, &v, sizeof v, device);
+}
+
+runtime::BufferPtr scalar_buffer(const at::Tensor& cpu_scalar, int device) {
+  return scalar_buffer(to_dtype(cpu_scalar.scalar_type()), cpu_scalar.const_data_ptr(), cpu_scalar.element_size(),
+                       device);
+}
+
+runtime::BufferPtr scalar_list_buffer(const c10::IValue& list, int device) {
+  std::vector<double> values;
+  for (const c10::IValue& v : list.toList()) values.push_back(v.isDouble() ? v.toDouble() : static_cast<double>(v.isBool() ? v.toBool() : v.toInt()));
+  return upload_bytes(DType::kF64, values.data(), values.size() * sizeof(double), {static_cast<int64_t>(values.size())},
+                      device);
+}
+
+}  // namespace torchtpu::aten
