@@ -26,6 +26,7 @@ import torch
 
 import torchtpu
 from torchtpu.metrics import fallback_ops
+from workloads import make_gpt_adamw_step, make_kv_cache_sweep, make_mlp_adamw_cosine_step
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 ROUNDS = 10  # cpu and tpu alternate this many times within each benchmark
@@ -142,6 +143,11 @@ def suites(scale: int) -> dict[str, list[Benchmark]]:
             Benchmark("layernorm 512x1024", make_layernorm, 200 // scale),
             Benchmark("attention T=128", make_attention(128), 50 // scale),
             Benchmark("attention T=512", make_attention(512), 20 // scale),
+        ],
+        "loops": [
+            Benchmark("gpt AdamW+clip step", make_gpt_adamw_step, 60 // scale),
+            Benchmark("mlp AdamW+cosine step", make_mlp_adamw_cosine_step, 500 // scale),
+            Benchmark("kv-cache 256 writes", make_kv_cache_sweep, 20 // scale),
         ],
     }
 
@@ -291,9 +297,10 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="10x fewer repetitions and fewer warm-ups (smoke run)"
     )
-    parser.add_argument("--suite", choices=["ops", "families"], default="ops",
+    parser.add_argument("--suite", choices=["ops", "families", "loops"], default="ops",
                         help="ops: per-op overhead and a training step; families: matmul, conv, softmax, "
-                        "layernorm, attention at a few sizes")
+                        "layernorm, attention at a few sizes; loops: the training and decode loops users run "
+                        "(bench/workloads.py)")
     args = parser.parse_args()
 
     scale = 10 if args.quick else 1

@@ -1,5 +1,6 @@
-"""Optimizers run natively: SGD, Adam and AdamW on both the foreach and the single-tensor paths, and
-gradient clipping, each matching CPU after a few steps with zero CPU fallbacks."""
+"""Optimizers run natively: SGD, Adam, AdamW, RMSprop and Adagrad on the foreach (one program per list op),
+single-tensor and fused (one program per step) paths, and gradient clipping, each matching CPU after a few
+steps with zero CPU fallbacks."""
 import copy
 
 import pytest
@@ -10,17 +11,24 @@ import torchtpu
 from torchtpu.metrics import fallback_ops
 
 OPTIMIZERS = {
-    "sgd": lambda params, foreach: torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01,
-                                                   foreach=foreach),
-    "adam": lambda params, foreach: torch.optim.Adam(params, lr=1e-2, foreach=foreach),
-    "adam_amsgrad": lambda params, foreach: torch.optim.Adam(params, lr=1e-2, amsgrad=True, foreach=foreach),
-    "adamw": lambda params, foreach: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=foreach),
+    "sgd": lambda params, **path: torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01,
+                                                  **path),
+    "sgd_plain": lambda params, **path: torch.optim.SGD(params, lr=0.1, **path),
+    "adam": lambda params, **path: torch.optim.Adam(params, lr=1e-2, **path),
+    "adam_amsgrad": lambda params, **path: torch.optim.Adam(params, lr=1e-2, amsgrad=True, weight_decay=0.01, **path),
+    "adamw": lambda params, **path: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, **path),
+    "adamw_maximize": lambda params, **path: torch.optim.AdamW(params, lr=1e-2, maximize=True, **path),
+    "rmsprop": lambda params, **path: torch.optim.RMSprop(params, lr=1e-2, momentum=0.5, centered=True, **path),
+    "adagrad": lambda params, **path: torch.optim.Adagrad(params, lr=1e-1, **path),
 }
+# The optimizers PyTorch offers fused=True for, and that tpu lowers fused.
+FUSED = ("sgd", "sgd_plain", "adam", "adam_amsgrad", "adamw", "adamw_maximize")
+PATHS = {"foreach": {"foreach": True}, "single_tensor": {"foreach": False}, "fused": {"fused": True}}
 
 
-def steps(model, make_optimizer, foreach, device, clip=None, n=5):
+def steps(model, make_optimizer, path, device, clip=None, n=5):
     model = model.to(device)
-    optimizer = make_optimizer(model.parameters(), foreach)
+    optimizer = make_optimizer(model.parameters(), **PATHS[path])
     torch.manual_seed(1)
     x, y = torch.randn(16, 8).to(device), torch.randn(16, 2).to(device)
     norms = []
@@ -28,36 +36,43 @@ def steps(model, make_optimizer, foreach, device, clip=None, n=5):
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         if clip is not None:
-            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item())
+            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=path == "foreach").item())
         optimizer.step()
     return model, norms
 
 
-@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "single_tensor"])
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_optimizer_matches_cpu_without_fallback(name, foreach):
+def test_optimizer_matches_cpu_without_fallback(name, path):
+    if path == "fused" and name not in FUSED:
+        pytest.skip(f"PyTorch has no fused {name}")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
     tpu_model = copy.deepcopy(model)
-    cpu_model, _ = steps(model, OPTIMIZERS[name], foreach, "cpu")
+    cpu_model, _ = steps(model, OPTIMIZERS[name], path, "cpu")
     torchtpu.reset_metrics()
-    tpu_model, _ = steps(tpu_model, OPTIMIZERS[name], foreach, "tpu")
+    tpu_model, _ = steps(tpu_model, OPTIMIZERS[name], path, "tpu")
     assert fallback_ops() == {}
+    ran = {op for op, c in torchtpu.metrics()["ops"].items() if c["executions"]}
+    if path == "foreach":
+        assert any(op.startswith("aten::_foreach_") for op in ran), "the foreach path ran per tensor"
+    if path == "fused":
+        assert any(op.startswith("aten::_fused_") for op in ran)
     for p_tpu, p_cpu in zip(tpu_model.parameters(), cpu_model.parameters()):
         assert_close(p_tpu.cpu(), p_cpu, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "single_tensor"])
-def test_clip_grad_norm_matches_cpu(foreach):
+@pytest.mark.parametrize("path", ["foreach", "single_tensor"])
+def test_clip_grad_norm_matches_cpu(path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     tpu_model = copy.deepcopy(model)
 
-    def make(params, _):
-        return torch.optim.SGD(params, lr=0.5)
+    def make(params, **path_options):
+        return torch.optim.SGD(params, lr=0.5, **path_options)
 
-    _, cpu_norms = steps(model, make, foreach, "cpu", clip=0.1)
+    _, cpu_norms = steps(model, make, path, "cpu", clip=0.1)
     torchtpu.reset_metrics()
-    _, tpu_norms = steps(tpu_model, make, foreach, "tpu", clip=0.1)
+    _, tpu_norms = steps(tpu_model, make, path, "tpu", clip=0.1)
     assert fallback_ops() == {}
     assert_close(torch.tensor(tpu_norms), torch.tensor(cpu_norms), rtol=1e-4, atol=1e-6)

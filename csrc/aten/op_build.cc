@@ -307,7 +307,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
 
   ProgramBuilder builder(*signature);
   ir::Graph& g = builder.graph();
-  lowering::LoweringContext ctx{g, {}, outputs, to_dtype(common_dtype(stack, first)), {}};
+  lowering::LoweringContext ctx{g, {}, outputs, to_dtype(common_dtype(stack, first)), {}, info.rule->op};
   for (size_t i = 0; i < num_args; ++i) {
     const c10::IValue& v = stack[first + i];
     Arg a;
@@ -394,8 +394,12 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       value = g.reshape(value, binding.buffer_dims);
       signature->functional.push_back(binding);
     } else {
-      // Write through the mutated tensor's view into its whole storage.
+      // Write through the mutated tensor's view into its whole storage, unless the rule left it as read.
       const WriteTarget& target = targets[r - num_functional];
+      const Arg& read = ctx.args[target.arg];
+      const ir::Value as_read = target.element < 0 ? read.tensor
+                                : read.tensors.empty() ? ir::Value{} : read.tensors[static_cast<size_t>(target.element)];
+      if (as_read.valid() && as_read.id == results[r].id) continue;
       binding.arg = target.arg;
       binding.element = target.element;
       value = builder.write(target.tensor, target.arg, target.element, value, signature->writes.size());

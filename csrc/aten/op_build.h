@@ -16,9 +16,8 @@ namespace torchtpu::aten {
 // output shape depends on the data (x[bool_mask], ...), so the call runs through the CPU fallback.
 struct DataDependentShape {};
 
-// Builds and compiles the program for this call. Raises CPU's error for bad arguments. Afterwards
-// info.static_scalars includes every scalar argument the rule read at compile time, so the caller must
-// compute the key it files the program under after this returns.
+// Builds and compiles the program for this call. Raises CPU's error for bad arguments. Resizes out=
+// arguments. Afterwards info.static_scalars includes every scalar argument the rule read at compile time.
 std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack& stack,
                                       size_t first);
 

@@ -259,7 +259,9 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   move_list_tensors(*stack, first, device);
   try {
-    std::shared_ptr<OpSignature> signature = program_cache().find(op_key(info, *stack, first));
+    const uint64_t static_scalars = info.static_scalars.load();
+    cache::ProgramKey key = op_key(info, *stack, first);
+    std::shared_ptr<OpSignature> signature = program_cache().find(key);
     if (signature) {
       info.counters->cache_hits++;
       // out= arguments take the shapes recorded when the program was built.
@@ -277,8 +279,10 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       info.counters->compiles++;
       watch_recompiles(info, *stack, first);
-      // The rule may have made scalars compile-time values just now: the key includes them from here on.
-      program_cache().insert(op_key(info, *stack, first), signature);
+      // A program is filed under the key of the arguments as they came (building resizes out= tensors). If
+      // the rule has just made a scalar a compile-time value, that key lacks the value: run the program
+      // once unfiled; the next call's key includes the value.
+      if (info.static_scalars.load() == static_scalars) program_cache().insert(key, signature);
     }
     const bool check_errors = info.check_errors_arg >= 0 && (*stack)[first + info.check_errors_arg].toBool();
     run(info, *signature, *stack, first, device);

@@ -48,6 +48,7 @@ struct LoweringContext {
   std::vector<Type> outputs;  // result types, from shape inference
   DType common_dtype;         // PyTorch's result_type over the tensor and scalar arguments
   Value rng_state;            // ui64[2] (seed, offset); only for rules marked uses_rng
+  const char* op = "";        // the rule's op name ("aten::_foreach_add.List"), for rules that serve several
   // Dynamic scalar arguments whose operands were created during lowering, in creation order: each became
   // a program parameter, after the tensor reads and the RNG state. A rule that lowers through a copied
   // context must create operands in its own context first (see foreach.cc).
@@ -101,5 +102,7 @@ void add_shape_rules(std::vector<Rule>& table);
 void add_padding_rules(std::vector<Rule>& table);
 void add_histogram_rules(std::vector<Rule>& table);
 void add_special_rules(std::vector<Rule>& table);
+void add_foreach_rules(std::vector<Rule>& table);
+void add_optimizer_rules(std::vector<Rule>& table);
 
 }  // namespace torchtpu::lowering

@@ -23,6 +23,8 @@ const std::unordered_map<std::string, Rule>& table() {
     add_padding_rules(all);
     add_histogram_rules(all);
     add_special_rules(all);
+    add_foreach_rules(all);
+    add_optimizer_rules(all);
     std::unordered_map<std::string, Rule> by_name;
     for (const Rule& rule : all) {
       if (!by_name.emplace(rule.op, rule).second) throw std::logic_error(std::string("duplicate rule ") + rule.op);

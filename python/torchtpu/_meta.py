@@ -47,7 +47,16 @@ def _histogram_bin_edges(self, bins, *, weight=None, density=False):
     return _histogram_outputs(self, bins.numel() - 1)
 
 
+def _fused_sgd_(self, grads, momentum_buffer_list, **kwargs):
+    # In place, no outputs: only the lists' agreement is checked, as the CPU kernel does.
+    torch._check(len(grads) == len(self), lambda: "_fused_sgd_: self and grads must have the same length")
+    torch._check(not momentum_buffer_list or len(momentum_buffer_list) == len(self),
+                 lambda: "_fused_sgd_: momentum_buffer_list must be empty or as long as self")
+
+
 _KERNELS = {
+    "_fused_sgd_": _fused_sgd_,
+    "_fused_sgd_.tensor_lr": _fused_sgd_,
     "multi_margin_loss_backward": _like_self,  # grad_input has self's shape and dtype
     "multilabel_margin_loss_backward": _like_self,
     "_cummax_helper": _cumulative_extremum_helper,  # writes values and indices of self's shape

@@ -1,0 +1,103 @@
+"""The loops users run, as benchmark steps: a small GPT training step with default AdamW and gradient
+clipping, an MLP with AdamW and a cosine schedule, and a KV-cache decode sweep. Each builder makes the
+same workload (same seed, same weights) on the device it is given and returns one iteration."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+Step = Callable[[], torch.Tensor]
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.ln2 = torch.nn.LayerNorm(dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, vocab: int = 256, dim: int = 128, heads: int = 4, layers: int = 2, context: int = 64):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Embedding(context, dim)
+        self.blocks = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def make_gpt_adamw_step(device: torch.device) -> Step:
+    """2-layer GPT (d 128, seq 64, batch 8): default AdamW (foreach), clip_grad_norm_, cross entropy."""
+    torch.manual_seed(0)
+    model = GPT().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    idx = torch.randint(0, 256, (8, 65)).to(device)
+    x, y = idx[:, :-1], idx[:, 1:]
+
+    def step() -> torch.Tensor:
+        opt.zero_grad()
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    return step
+
+
+def make_mlp_adamw_cosine_step(device: torch.device) -> Step:
+    """A tiny MLP with AdamW and CosineAnnealingLR: the learning rate changes every step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)
+    x = torch.randn(16, 32).to(device)
+    y = torch.randint(0, 10, (16,)).to(device)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss
+
+    return step
+
+
+def make_kv_cache_sweep(device: torch.device) -> Step:
+    """256 decode steps writing a new key and value at a moving position: `cache[:, :, pos] = k`."""
+    torch.manual_seed(0)
+    keys = torch.zeros(1, 4, 256, 32).to(device)
+    values = torch.zeros(1, 4, 256, 32).to(device)
+    new_k = torch.randn(1, 4, 32).to(device)
+    new_v = torch.randn(1, 4, 32).to(device)
+
+    def step() -> torch.Tensor:
+        for pos in range(256):
+            keys[:, :, pos] = new_k
+            values[:, :, pos] = new_v
+        return keys
+
+    return step
