@@ -31,6 +31,15 @@ bool covers_own_storage(const at::Tensor& t) {
       numel);
 }
 
+// The values of a tpu tensor on the host. A view smaller than its storage (x[i], a slice, a row of a KV
+// cache) is gathered on the device first, so only its own bytes cross to the host.
+at::Tensor download_view(const at::Tensor& t) {
+  const auto [dtype, numel] = storage_layout(t);
+  const size_t view_bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (view_bytes >= static_cast<size_t>(numel) * element_size(dtype)) return download(t);
+  return download(t.clone(at::MemoryFormat::Contiguous));
+}
+
 }  // namespace
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
@@ -40,7 +49,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/
       copy_on_device(self, src);
     } else {
       // Across tpu devices: through the host for now.
-      at::Tensor host = download(src);
+      at::Tensor host = download_view(src);
       copy_(self, host, false);
     }
     return self;
@@ -60,7 +69,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/
     return self;
   }
   // tpu -> CPU: fetch, then let the CPU copy convert and broadcast.
-  self.copy_(download(src));
+  self.copy_(download_view(src));
   return self;
 }
 
@@ -79,7 +88,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
-  return download(self).item();
+  return download_view(self).item();
 }
 
 bool equal(const at::Tensor& self, const at::Tensor& other) {

@@ -170,9 +170,19 @@ class ProgramBuilder {
         if (r.arg == arg && r.element == element && graph_.type(r.flat) == graph_.type(result)) donor = r.flat;
       }
     } else {
-      ir::Value base = parameter({storage_dtype, {storage_numel}}, {ParamSource::Kind::kWriteBase, arg, element});
+      // Two writes into one storage (foreach over views of one tensor) chain: the later one writes into
+      // the earlier one's result, and binding the results in order leaves the storage with both.
+      const c10::StorageImpl* storage = target.storage().unsafeGetStorageImpl();
+      ir::Value base;
+      for (const auto& [written, latest] : written_storages_) {
+        if (written == storage) base = latest;
+      }
+      if (!base.valid()) {
+        base = parameter({storage_dtype, {storage_numel}}, {ParamSource::Kind::kWriteBase, arg, element});
+        if (graph_.type(base).dtype == to_dtype(target.scalar_type())) donor = base;
+      }
       result = lowering::write_view(graph_, base, geometry(target), value, offset(target, arg, element));
-      if (graph_.type(result) == graph_.type(base)) donor = base;
+      written_storages_.emplace_back(storage, result);
     }
     if (donor.valid()) {
       const size_t index = static_cast<size_t>(std::find_if(parameters_.begin(), parameters_.end(),
@@ -205,6 +215,7 @@ class ProgramBuilder {
   std::vector<ir::Value> parameters_;
   std::vector<Read> reads_;
   std::vector<std::pair<ir::Value, size_t>> donations_;
+  std::vector<std::pair<const c10::StorageImpl*, ir::Value>> written_storages_;  // latest value per storage
 };
 
 Arg scalar_arg(const c10::IValue& v, bool dynamic) {

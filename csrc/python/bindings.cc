@@ -6,6 +6,7 @@
 
 #include "aten/generator.h"
 #include "aten/metrics.h"
+#include "aten/op_kernel.h"
 #include "aten/registrations.h"
 #include "lowering/rule.h"
 #include "runtime/buffer.h"
@@ -41,9 +42,15 @@ py::dict metrics() {
   transfers["bytes_to_device"] = snapshot.bytes_to_device;
   transfers["to_host"] = snapshot.transfers_to_host;
   transfers["bytes_to_host"] = snapshot.bytes_to_host;
+  const aten::ProgramCacheStats cache = aten::program_cache_stats();
+  py::dict program_cache;
+  program_cache["programs"] = cache.programs;
+  program_cache["evictions"] = cache.evictions;
+  program_cache["capacity"] = cache.capacity;
   py::dict out;
   out["ops"] = ops;
   out["transfers"] = transfers;
+  out["program_cache"] = program_cache;
   return out;
 }
 

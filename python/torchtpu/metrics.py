@@ -6,7 +6,8 @@ from torchtpu import _C
 
 
 def metrics() -> dict:
-    """``{"ops": {op: {"compiles", "cache_hits", "executions", "fallbacks"}}, "transfers": {...}}``."""
+    """``{"ops": {op: {"compiles", "cache_hits", "executions", "fallbacks"}}, "transfers": {...},
+    "program_cache": {"programs", "evictions", "capacity"}}``. Program-cache figures are not reset."""
     return _C._metrics()
 
 

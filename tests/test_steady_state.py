@@ -1,0 +1,274 @@
+"""Loops reach a steady state: after warm-up no step compiles anything. Python numbers, 0-dim CPU tensors,
+foreach scalar lists and view offsets are runtime operands (keyed by dtype and wrapped-ness, never by value);
+in-place updates donate their old buffer; host reads move only the viewed bytes; the program cache is
+bounded; an op that keeps compiling warns once."""
+import copy
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torchtpu
+from helpers import run_python
+from torchtpu.metrics import fallback_ops
+
+
+def compiles() -> int:
+    return sum(op["compiles"] for op in torchtpu.metrics()["ops"].values())
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def train(model, make_optimizer, device, steps, schedule=None, clip=None):
+    """Runs `steps` steps; returns the model, the losses and the compiles of each step (0 on CPU)."""
+    model = model.to(device)
+    optimizer = make_optimizer(model.parameters())
+    scheduler = schedule(optimizer) if schedule else None
+    torch.manual_seed(1)
+    x, y = torch.randn(32, 8).to(device), torch.randint(0, 3, (32,)).to(device)
+    losses, step_compiles = [], []
+    for _ in range(steps):
+        before = compiles()
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler:
+            scheduler.step()
+        losses.append(loss.item())
+        step_compiles.append(compiles() - before)
+    return model, losses, step_compiles
+
+
+LOOPS = {
+    "adamw_cosine_clip": (lambda p: torch.optim.AdamW(p, lr=1e-2),
+                          lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10), 1.0),
+    "adamw_fused_onecycle": (lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True),
+                             lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.05, total_steps=20), None),
+    "adam_step_lr": (lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True),
+                     lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5), None),
+    "sgd_momentum_exponential_lr": (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+                                    lambda o: torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.9), 0.5),
+    "rmsprop": (lambda p: torch.optim.RMSprop(p, lr=1e-2), None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_training_loop_compiles_nothing_after_warm_up(name):
+    make_optimizer, schedule, clip = LOOPS[name]
+    cpu_model, cpu_losses, _ = train(mlp(), make_optimizer, "cpu", 8, schedule, clip)
+    tpu_model, tpu_losses, step_compiles = train(mlp(), make_optimizer, "tpu", 8, schedule, clip)
+    # Step 1 compiles the model, step 2 the optimizer's steady state (its state exists from then on).
+    assert step_compiles[2:] == [0] * 6, step_compiles
+    assert fallback_ops() == {}
+    assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), rtol=1e-4, atol=1e-5)
+    for p_tpu, p_cpu in zip(tpu_model.parameters(), cpu_model.parameters()):
+        assert_close(p_tpu.cpu(), p_cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_sgd_with_a_learning_rate_changed_by_hand_every_step():
+    def make(params):
+        return torch.optim.SGD(params, lr=0.1)
+
+    for device in ("cpu", "tpu"):
+        model = mlp().to(device)
+        optimizer = make(model.parameters())
+        x = torch.ones(4, 8).to(device)
+        counts = []
+        for step in range(6):
+            for group in optimizer.param_groups:
+                group["lr"] = 0.1 / (step + 1) + 0.003 * step  # a new value every step
+            before = compiles()
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+            counts.append(compiles() - before)
+        if device == "tpu":
+            assert counts[2:] == [0] * 4, counts
+            for p_tpu, p_cpu in zip(model.parameters(), cpu_params):
+                assert_close(p_tpu.cpu(), p_cpu, rtol=1e-5, atol=1e-6)
+        else:
+            cpu_params = [p.detach().clone() for p in model.parameters()]
+
+
+def test_python_scalars_are_operands(metrics):
+    x = torch.randn(5, 7)
+    t = x.to("tpu")
+    for value in (0.5, -3.25, 7.0, 1e-3, 2.0, 100.5):
+        assert_close((t * value + value).cpu(), x * value + value)
+        assert_close(t.clamp(min=-value, max=value).cpu(), x.clamp(min=-value, max=value))
+        assert_close(torch.full((3,), value, device="tpu").cpu(), torch.full((3,), value))
+    ops = metrics()["ops"]
+    for op in ("aten::mul.Tensor", "aten::add.Tensor", "aten::clamp", "aten::fill_.Scalar"):
+        assert ops[op]["compiles"] == 1, (op, ops[op])
+
+
+def test_cpu_scalar_tensors_are_operands(metrics):
+    x = torch.randn(6)
+    t = x.to("tpu")
+    for value in (0.25, 1.5, -2.0, 9.0):
+        scale = torch.tensor(value)  # a 0-dim CPU tensor, as Adam's step or a scheduler's value
+        assert_close((t * scale).cpu(), x * scale)
+    assert metrics()["ops"]["aten::mul.Tensor"]["compiles"] == 1
+
+
+# Type promotion depends on whether a 0-dim operand is a wrapped Python number, a 0-dim tensor, and of
+# which dtype; the key carries all three, so no call reuses a program of another promotion.
+PROMOTIONS = [
+    lambda a: a + torch.tensor(2.5, dtype=torch.float64),
+    lambda a: a + 2.5,
+    lambda a: a * torch.tensor(1.5, dtype=torch.float64),
+    lambda a: a * 1.5,
+    lambda a: a * torch.tensor(3),
+    lambda a: a * 3,
+    lambda a: a * torch.tensor(True),
+    lambda a: a + torch.tensor(2, dtype=torch.int8),
+    lambda a: a.float() + torch.tensor(2.5, dtype=torch.float64),
+    lambda a: a.float() + torch.tensor(2.5, dtype=torch.float16),
+    lambda a: a.half() * 2.5,
+    lambda a: a.half() * torch.tensor(2.5),
+]
+
+
+@pytest.mark.parametrize("order", ["forward", "backward"])
+def test_wrapped_number_and_zero_dim_promotion_match_cpu(order):
+    a = torch.arange(4, dtype=torch.int32)
+    calls = PROMOTIONS if order == "forward" else PROMOTIONS[::-1]
+    for call in calls:
+        expected = call(a)
+        got = call(a.to("tpu"))
+        assert got.dtype == expected.dtype
+        assert_close(got.cpu(), expected)
+
+
+def test_values_read_at_compile_time_key_the_program():
+    # pow specialises its exponent and arange its bounds: each value must get its own program.
+    x = torch.rand(5) + 0.5
+    t = x.to("tpu")
+    for exponent in (2, 3, 0.5, 2, 1):
+        assert_close((t ** exponent).cpu(), x ** exponent)
+    for start, end, step in ((0, 5, 1), (2, 9, 3), (0, 5, 1), (1.5, 4.0, 0.5)):
+        assert_close(torch.arange(start, end, step, device="tpu").cpu(), torch.arange(start, end, step))
+
+
+def test_a_moving_position_reuses_one_program(metrics):
+    cache_cpu = torch.zeros(2, 40, 3)
+    cache = cache_cpu.to("tpu")
+    rows = torch.randn(40, 2, 3)
+    for pos in range(40):
+        cache_cpu[:, pos] = rows[pos]
+        cache[:, pos] = rows[pos].to("tpu")
+    assert_close(cache.cpu(), cache_cpu)
+    # Position 0 (no offset) and every other position: two programs for the write.
+    assert metrics()["ops"]["aten::copy_"]["compiles"] <= 2
+    before = compiles()
+    sums = [cache[:, pos].sum().item() for pos in range(1, 40)]
+    assert_close(torch.tensor(sums), torch.stack([cache_cpu[:, pos].sum() for pos in range(1, 40)]))
+    assert compiles() - before <= 2
+
+
+def test_foreach_ops_run_as_one_program(metrics):
+    xs = [torch.randn(3), torch.randn(2, 2), torch.randn(5)]
+    ys = [torch.rand(3) + 1, torch.rand(2, 2) + 1, torch.rand(5) + 1]
+    txs, tys = [x.to("tpu") for x in xs], [y.to("tpu") for y in ys]
+    calls = [
+        lambda a, b: torch._foreach_add(a, b, alpha=0.5),
+        lambda a, b: torch._foreach_add(a, 2.0),
+        lambda a, b: torch._foreach_sub(a, [1.0, 2.0, 3.0]),
+        lambda a, b: torch._foreach_mul(a, b[0].sum()),
+        lambda a, b: torch._foreach_div(a, [2.0, 4.0, 8.0]),
+        lambda a, b: torch._foreach_addcmul(a, a, b, value=0.3),
+        lambda a, b: torch._foreach_addcdiv(a, a, b, [0.1, 0.2, 0.3]),
+        lambda a, b: torch._foreach_lerp(a, b, 0.25),
+        lambda a, b: torch._foreach_maximum(a, b),
+        lambda a, b: torch._foreach_clamp_min(a, 0.1),
+        lambda a, b: torch._foreach_pow(b, 2.0),
+        lambda a, b: torch._foreach_sqrt(b),
+        lambda a, b: torch._foreach_neg(a),
+        lambda a, b: torch._foreach_norm(a, 2),
+        lambda a, b: torch._foreach_norm(a, float("inf")),
+    ]
+    for call in calls:
+        for got, expected in zip(call(txs, tys), call(xs, ys)):
+            assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    # In place, through views: the list elements are written back into their storages.
+    base = torch.zeros(4, 3)
+    tbase = base.to("tpu")
+    torch._foreach_add_([base[0], base[2]], [xs[0], xs[0]], alpha=2.0)
+    torch._foreach_add_([tbase[0], tbase[2]], [txs[0], txs[0]], alpha=2.0)
+    assert_close(tbase.cpu(), base)
+    ops = metrics()["ops"]
+    assert ops["aten::_foreach_add.List"]["executions"] == 1
+    assert fallback_ops() == {}
+
+
+def test_in_place_updates_donate_their_buffer():
+    x = torch.zeros(1 << 20, device="tpu")  # 4 MiB
+    torch.tpu.synchronize()
+    live = torch.tpu.memory_allocated()
+    torch.tpu.reset_peak_memory_stats()
+    for _ in range(5):
+        x.add_(1.0)
+        x.mul_(2.0)
+    torch.tpu.synchronize()
+    # Without donation each update holds old and new buffers at once: a peak of live + 4 MiB.
+    assert torch.tpu.max_memory_allocated() - live < (1 << 20)
+    assert_close(x[:3].cpu(), torch.full((3,), 62.0))
+
+
+def test_a_buffer_read_twice_is_not_donated():
+    x = torch.arange(6.0)
+    t = x.to("tpu")
+    alias = t.view(2, 3)
+    t.add_(alias.view(-1))  # the same storage is read and written: the program must keep its input
+    assert_close(t.cpu(), x + x)
+    assert_close(alias.cpu(), (x + x).view(2, 3))
+
+
+def test_host_reads_move_only_the_view(metrics):
+    t = torch.randn(1000, 100, device="tpu")
+    torchtpu.reset_metrics()
+    t[3, 4].item()
+    t[7].cpu()
+    assert torchtpu.metrics()["transfers"]["bytes_to_host"] == 4 + 100 * 4
+    torchtpu.reset_metrics()
+    text = str(t)  # summarized: only the corners cross
+    assert "..." in text
+    assert torchtpu.metrics()["transfers"]["bytes_to_host"] < 1000
+    assert text.splitlines()[0] == str(t.cpu()).splitlines()[0]
+
+
+def test_program_cache_is_bounded():
+    result = run_python(
+        """
+        import torch, torchtpu
+        for n in range(1, 60):
+            x = torch.ones(n, device="tpu")
+            assert (x + x).sum().item() == 2 * n
+        stats = torchtpu.metrics()["program_cache"]
+        assert stats["capacity"] == 32 and stats["programs"] <= 32 and stats["evictions"] > 0, stats
+        print("ok")
+        """,
+        TORCHTPU_CACHE_MAX_PROGRAMS="32",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
+
+
+def test_an_op_that_keeps_compiling_warns_once():
+    result = run_python(
+        """
+        import torch, torchtpu
+        for n in range(1, 12):
+            torch.ones(n, device="tpu").neg()
+        """,
+        TORCHTPU_RECOMPILE_WARNING="4",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("aten::neg has compiled 4 programs") == 1, result.stderr
+    assert "Float[11]" not in result.stderr  # the warning lists the calls before it, once
