@@ -105,7 +105,7 @@ def test_python_scalars_are_operands(metrics):
         assert_close(torch.full((3,), value, device="tpu").cpu(), torch.full((3,), value))
     ops = metrics()["ops"]
     for op in ("aten::mul.Tensor", "aten::add.Tensor", "aten::clamp", "aten::fill_.Scalar"):
-        assert ops[op]["compiles"] == 1, (op, ops[op])
+        assert ops[op]["compiles"] <= 1, (op, ops[op])  # 0 when an earlier test compiled it
 
 
 def test_cpu_scalar_tensors_are_operands(metrics):
@@ -114,7 +114,7 @@ def test_cpu_scalar_tensors_are_operands(metrics):
     for value in (0.25, 1.5, -2.0, 9.0):
         scale = torch.tensor(value)  # a 0-dim CPU tensor, as Adam's step or a scheduler's value
         assert_close((t * scale).cpu(), x * scale)
-    assert metrics()["ops"]["aten::mul.Tensor"]["compiles"] == 1
+    assert metrics()["ops"]["aten::mul.Tensor"]["compiles"] <= 1
 
 
 # Type promotion depends on whether a 0-dim operand is a wrapped Python number, a 0-dim tensor, and of
@@ -272,3 +272,12 @@ def test_an_op_that_keeps_compiling_warns_once():
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("aten::neg has compiled 4 programs") == 1, result.stderr
     assert "Float[11]" not in result.stderr  # the warning lists the calls before it, once
+
+
+def test_scalars_that_shape_the_output_key_the_program():
+    # arange's bounds decide its length: an out= tensor of another length must not pick up a program built
+    # for other bounds (generate() reuses such buffers).
+    out = torch.empty(256, dtype=torch.long, device="tpu")
+    for end in (256, 1, 7, 256, 3):
+        torch.arange(0, end, 1, out=out)
+        assert_close(out.cpu(), torch.arange(0, end, 1))

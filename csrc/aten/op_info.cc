@@ -96,6 +96,11 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
   info->rule = derive_rule(schema, info->is_out_variant);
   TORCH_CHECK(info->rule != nullptr, "torchtpu: no lowering rule for ", info->name,
               " although it is registered for tpu (this is a torchtpu bug)");
+  if (info->rule->scalars_shape_output) {
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      if (info->arg_classes[i] == ArgClass::kScalarOperand) info->static_scalars |= uint64_t{1} << i;
+    }
+  }
   info->counters = &op_counters(info->name);
   return info;
 }

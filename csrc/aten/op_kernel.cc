@@ -45,14 +45,20 @@ bool log_ops() {
   return enabled;
 }
 
+bool log_compiles() {
+  static const bool enabled = std::getenv("TORCHTPU_LOG_COMPILES") != nullptr;
+  return enabled;
+}
+
 // Notes a new program of `info`; warns once when the op keeps compiling.
 void watch_recompiles(OpInfo& info, const torch::jit::Stack& stack, size_t first) {
   const int64_t threshold = recompile_warning_threshold();
-  if (threshold <= 0) return;
+  if (threshold <= 0 && !log_compiles()) return;
   std::lock_guard<std::mutex> lock(info.recompile_mutex);
   info.recent_signatures.push_back(describe_call(info, stack, first));
+  if (log_compiles()) std::fprintf(stderr, "[torchtpu] compile %s(%s)\n", info.name.c_str(), info.recent_signatures.back().c_str());
   if (info.recent_signatures.size() > 4) info.recent_signatures.pop_front();
-  if (++info.programs_built < threshold || info.warned) return;
+  if (++info.programs_built < threshold || threshold <= 0 || info.warned) return;
   info.warned = true;
   std::ostringstream seen;
   for (const std::string& s : info.recent_signatures) seen << "\n    (" << s << ")";

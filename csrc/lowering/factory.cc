@@ -58,7 +58,7 @@ std::vector<Value> lower_efficient_zero_tensor(LoweringContext& ctx) {
 
 void add_factory_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_efficientzerotensor", &lower_efficient_zero_tensor});
-  table.push_back({"aten::arange.start_out", &lower_arange});
+  table.push_back({"aten::arange.start_out", &lower_arange, false, false, /*scalars_shape_output=*/true});
   table.push_back({"aten::linspace.out", &lower_linspace});
   table.push_back({"aten::logspace.out", &lower_logspace});
 }

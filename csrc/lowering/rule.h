@@ -82,6 +82,10 @@ struct Rule {
   // The result replaces the first argument without reading it (fill_, copy_, uniform_, ...), so a write
   // that covers the whole storage need not pass the old contents in.
   bool overwrites_first_arg = false;
+  // Every Scalar argument's value is part of the program, because it decides the output's shape (arange's
+  // start, end and step), not only its values. Other rules read scalars as operands (LoweringContext::scalar)
+  // or, where they specialise on a value, through real()/integer(), which keys the program by it.
+  bool scalars_shape_output = false;
 };
 
 const Rule* find_rule(const std::string& op);
