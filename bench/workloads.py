@@ -8,48 +8,15 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from torchtpu.testing.models import SmallGPT
+
 Step = Callable[[], torch.Tensor]
-
-
-class Block(torch.nn.Module):
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = torch.nn.LayerNorm(dim)
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.ln2 = torch.nn.LayerNorm(dim)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(torch.nn.Module):
-    def __init__(self, vocab: int = 256, dim: int = 128, heads: int = 4, layers: int = 2, context: int = 64):
-        super().__init__()
-        self.tok = torch.nn.Embedding(vocab, dim)
-        self.pos = torch.nn.Embedding(context, dim)
-        self.blocks = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.ln = torch.nn.LayerNorm(dim)
-        self.head = torch.nn.Linear(dim, vocab)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln(x))
 
 
 def make_gpt_adamw_step(device: torch.device) -> Step:
     """2-layer GPT (d 128, seq 64, batch 8): default AdamW (foreach), clip_grad_norm_, cross entropy."""
     torch.manual_seed(0)
-    model = GPT().to(device)
+    model = SmallGPT(vocab=256, dim=128, heads=4, layers=2, context=64).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     idx = torch.randint(0, 256, (8, 65)).to(device)
     x, y = idx[:, :-1], idx[:, 1:]

@@ -60,20 +60,21 @@ const std::unordered_map<std::string, ForeachSpec>& specs() {
       t[base + ".ScalarList"] = {tensor_op, {element(0), list_scalar_as_tensor(1), none()}};
     }
     t["aten::_foreach_add.Tensor"] = {"aten::add.Tensor", {element(0), argument(1), scalar(2)}};
-    for (const char* op : {"mul", "div"}) {
-      const std::string base = std::string("aten::_foreach_") + op;
-      const char* tensor_op = std::string(op) == "mul" ? "aten::mul.Tensor" : "aten::div.Tensor";
-      t[base + ".List"] = {tensor_op, {element(0), element(1)}};
-      t[base + ".Scalar"] = {tensor_op, {element(0), scalar_as_tensor(1)}};
-      t[base + ".ScalarList"] = {tensor_op, {element(0), list_scalar_as_tensor(1)}};
-      t[base + ".Tensor"] = {tensor_op, {element(0), argument(1)}};
-    }
-    for (const char* op : {"maximum", "minimum"}) {
-      const std::string base = std::string("aten::_foreach_") + op;
-      const char* tensor_op = std::string(op) == "maximum" ? "aten::maximum" : "aten::minimum";
-      t[base + ".List"] = {tensor_op, {element(0), element(1)}};
-      t[base + ".Scalar"] = {tensor_op, {element(0), scalar_as_tensor(1)}};
-      t[base + ".ScalarList"] = {tensor_op, {element(0), list_scalar_as_tensor(1)}};
+    // Binary ops without alpha; mul and div also take a 0-d tensor (clip_grad_norm_'s clip coefficient).
+    const struct {
+      const char* name;
+      const char* tensor_op;
+      bool tensor_overload;
+    } binaries[] = {{"mul", "aten::mul.Tensor", true},
+                    {"div", "aten::div.Tensor", true},
+                    {"maximum", "aten::maximum", false},
+                    {"minimum", "aten::minimum", false}};
+    for (const auto& op : binaries) {
+      const std::string base = std::string("aten::_foreach_") + op.name;
+      t[base + ".List"] = {op.tensor_op, {element(0), element(1)}};
+      t[base + ".Scalar"] = {op.tensor_op, {element(0), scalar_as_tensor(1)}};
+      t[base + ".ScalarList"] = {op.tensor_op, {element(0), list_scalar_as_tensor(1)}};
+      if (op.tensor_overload) t[base + ".Tensor"] = {op.tensor_op, {element(0), argument(1)}};
     }
     t["aten::_foreach_clamp_min.List"] = {"aten::clamp_min.Tensor", {element(0), element(1)}};
     t["aten::_foreach_clamp_min.Scalar"] = {"aten::clamp_min", {element(0), scalar(1)}};
