@@ -26,7 +26,7 @@ import torch
 
 import torchtpu
 from torchtpu.metrics import fallback_ops
-from workloads import make_gpt_adamw_step, make_kv_cache_sweep, make_mlp_adamw_cosine_step
+from workloads import make_gpt_adamw_step, make_kv_cache_sweep, make_llama_generate, make_mlp_adamw_cosine_step
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 ROUNDS = 10  # cpu and tpu alternate this many times within each benchmark
@@ -41,7 +41,9 @@ class Timing:
     min_us: float
     p90_us: float
     first_call_us: float  # includes compilation on tpu; not part of the median
+    first_call_compiles: int  # tpu programs compiled by the first call
     timed_compiles: int  # tpu programs compiled while timing (always 0 for cpu); 0 = all cache hits
+    peak_device_mib: float  # tpu: peak live device memory while timing (0 for cpu)
     samples_us: list[float]
 
 
@@ -148,6 +150,7 @@ def suites(scale: int) -> dict[str, list[Benchmark]]:
             Benchmark("gpt AdamW+clip step", make_gpt_adamw_step, 60 // scale),
             Benchmark("mlp AdamW+cosine step", make_mlp_adamw_cosine_step, 500 // scale),
             Benchmark("kv-cache 256 writes", make_kv_cache_sweep, 20 // scale),
+            Benchmark("llama generate 32", make_llama_generate(32), 20 // scale),
         ],
     }
 
@@ -163,18 +166,21 @@ def compiles() -> int:
     return sum(op["compiles"] for op in torchtpu.metrics()["ops"].values())
 
 
-def warm_up(step: Step, sync: Callable[[], None], iters: int) -> float:
-    """Runs ``1 + iters`` iterations that are not sampled; returns the first one's latency in µs."""
+def warm_up(step: Step, sync: Callable[[], None], iters: int) -> tuple[float, int]:
+    """Runs ``1 + iters`` iterations that are not sampled; returns the first one's latency in µs and the
+    programs it compiled."""
+    compiles_before = compiles()
     t0 = time.perf_counter_ns()
     step()
     sync()
     first_call_ns = time.perf_counter_ns() - t0
+    first_call_compiles = compiles() - compiles_before
     # More than one warm-up call: the optimizer's momentum buffers are created on the first step, so
     # the second step runs (and compiles) different programs from the first.
     for _ in range(iters):
         step()
     sync()
-    return first_call_ns / 1e3
+    return first_call_ns / 1e3, first_call_compiles
 
 
 def time_iters(step: Step, sync: Callable[[], None], n: int) -> list[float]:
@@ -188,12 +194,15 @@ def time_iters(step: Step, sync: Callable[[], None], n: int) -> list[float]:
     return [ns / 1e3 for ns in samples_ns]
 
 
-def summarize(samples_us: list[float], first_call_us: float, timed_compiles: int) -> Timing:
+def summarize(samples_us: list[float], first_call: tuple[float, int], timed_compiles: int,
+              peak_device_mib: float = 0.0) -> Timing:
     return Timing(
         median_us=statistics.median(samples_us),
         min_us=min(samples_us),
         p90_us=statistics.quantiles(samples_us, n=10)[-1],
-        first_call_us=first_call_us,
+        first_call_us=first_call[0],
+        first_call_compiles=first_call[1],
+        peak_device_mib=peak_device_mib,
         timed_compiles=timed_compiles,
         samples_us=samples_us,
     )
@@ -211,6 +220,7 @@ def measure(bench: Benchmark, warmup: int) -> tuple[Timing, Timing]:
     first_calls = [warm_up(step, sync, warmup) for step, sync in zip(steps, syncs)]
 
     compiles_before = compiles()
+    torch.tpu.reset_peak_memory_stats()
     samples: list[list[float]] = [[], []]
     per_round = max(1, bench.reps // ROUNDS)
     for _ in range(ROUNDS):
@@ -219,7 +229,7 @@ def measure(bench: Benchmark, warmup: int) -> tuple[Timing, Timing]:
     timed_compiles = compiles() - compiles_before
 
     cpu_t = summarize(samples[0], first_calls[0], 0)
-    tpu_t = summarize(samples[1], first_calls[1], timed_compiles)
+    tpu_t = summarize(samples[1], first_calls[1], timed_compiles, torch.tpu.max_memory_allocated() / 2**20)
     return cpu_t, tpu_t
 
 
@@ -243,14 +253,17 @@ def run(benchmarks: list[Benchmark], warmup: int) -> list[dict]:
 
 
 def print_table(results: list[dict]) -> None:
-    header = f"{'benchmark':<22} {'cpu median (µs)':>16} {'tpu median (µs)':>16} {'tpu/cpu':>9}"
+    header = (f"{'benchmark':<24} {'cpu median (µs)':>16} {'tpu median (µs)':>16} {'tpu/cpu':>9}"
+              f" {'tpu 1st call (ms)':>18} {'1st-call compiles':>18} {'timed compiles':>15} {'tpu peak (MiB)':>15}")
     print()
     print(header)
     print("-" * len(header))
     for r in results:
+        tpu = r["tpu"]
         print(
-            f"{r['name']:<22} {r['cpu']['median_us']:>16.1f} {r['tpu']['median_us']:>16.1f}"
-            f" {r['ratio_tpu_over_cpu']:>8.2f}x"
+            f"{r['name']:<24} {r['cpu']['median_us']:>16.1f} {tpu['median_us']:>16.1f}"
+            f" {r['ratio_tpu_over_cpu']:>8.2f}x {tpu['first_call_us'] / 1e3:>18.1f} {tpu['first_call_compiles']:>18}"
+            f" {tpu['timed_compiles']:>15} {tpu['peak_device_mib']:>15.1f}"
         )
 
 

@@ -1,5 +1,6 @@
 """The loops users run, as benchmark steps: a small GPT training step with default AdamW and gradient
-clipping, an MLP with AdamW and a cosine schedule, and a KV-cache decode sweep. Each builder makes the
+clipping, an MLP with AdamW and a cosine schedule, a KV-cache decode sweep, and Hugging Face Llama greedy
+generation with its default (dynamic) cache. Each builder makes the
 same workload (same seed, same weights) on the device it is given and returns one iteration."""
 from __future__ import annotations
 
@@ -68,3 +69,24 @@ def make_kv_cache_sweep(device: torch.device) -> Step:
         return keys
 
     return step
+
+
+def make_llama_generate(new_tokens: int) -> Callable[[torch.device], Step]:
+    """HF Llama (2 layers, hidden 64, built from a config, nothing downloaded): greedy `generate` of
+    `new_tokens` tokens with the default dynamic cache."""
+
+    def make(device: torch.device) -> Step:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config).eval().to(device)
+        prompt = torch.randint(0, 256, (1, 8)).to(device)
+
+        def step() -> torch.Tensor:
+            return model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+
+        return step
+
+    return make

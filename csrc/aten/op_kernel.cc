@@ -5,6 +5,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -73,11 +74,12 @@ void watch_recompiles(OpInfo& info, const torch::jit::Stack& stack, size_t first
 // The tensors of one call's arguments; a tensor list is unpacked once, however many parameters it feeds.
 class CallTensors {
  public:
-  CallTensors(const torch::jit::Stack& stack, size_t first) : stack_(stack), first_(first), lists_(stack.size() - first) {}
+  CallTensors(const torch::jit::Stack& stack, size_t first) : stack_(stack), first_(first) {}
   // The argument itself, or (element >= 0) one element of a tensor-list argument.
   const at::Tensor& get(size_t arg, int element) {
     const c10::IValue& v = stack_[first_ + arg];
     if (element < 0) return v.toTensor();
+    if (lists_.empty()) lists_.resize(stack_.size() - first_);  // only list ops pay for this
     std::vector<at::Tensor>& list = lists_[arg];
     if (list.empty()) list = list_elements(v);
     return list.at(static_cast<size_t>(element));
@@ -132,8 +134,7 @@ at::Tensor new_tensor(const OutputBinding& binding, runtime::BufferPtr buffer) {
 
 void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& stack, size_t first,
          c10::DeviceIndex device) {
-  std::vector<runtime::BufferPtr> held;  // keeps every input alive through the call
-  held.reserve(signature.params.size());
+  c10::SmallVector<runtime::BufferPtr, 8> held;  // keeps every input alive through the call
   std::vector<const runtime::Buffer*> raw;
   raw.reserve(signature.params.size());
   CallTensors tensors(stack, first);
@@ -161,7 +162,7 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
     storage_handle(tensors.get(write.arg, write.element)).buffer = std::move(outputs[num_functional + w]);
   }
   // Returns: functional results (a tensor or a list of them), or the mutated argument a return aliases.
-  std::vector<c10::IValue> returned;
+  c10::SmallVector<c10::IValue, 4> returned;
   size_t next_output = 0;  // program output index; undefined results have none
   auto functional_result = [&](size_t binding_index) {
     const OutputBinding& binding = signature.functional.at(binding_index);

@@ -2,8 +2,9 @@
 // all queued work: the CPU plugin may run independent programs out of order, so the last result alone
 // does not tell that everything before it is done.
 #include <deque>
+#include <memory>
+#include <vector>
 #include <mutex>
-#include <unordered_map>
 
 #include "runtime/buffer.h"
 #include "runtime/error.h"
@@ -12,13 +13,23 @@
 namespace torchtpu::runtime {
 namespace {
 
-std::mutex& pending_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::unordered_map<int, std::deque<PJRT_Event*>>& pending() {
-  static std::unordered_map<int, std::deque<PJRT_Event*>> events;
-  return events;
+// Finished events are dropped in batches: polling after every execution would cost a plugin call per op.
+constexpr size_t kPollEvery = 64;
+
+// One device's queued executions. Each device has its own lock, so threads driving different devices
+// never meet here.
+struct PendingDevice {
+  std::mutex mutex;
+  std::deque<PJRT_Event*> events;
+};
+
+PendingDevice& pending(int device) {
+  static std::vector<std::unique_ptr<PendingDevice>> devices = [] {
+    std::vector<std::unique_ptr<PendingDevice>> all;
+    for (size_t i = 0; i < plugin().devices.size(); ++i) all.push_back(std::make_unique<PendingDevice>());
+    return all;
+  }();
+  return *devices.at(static_cast<size_t>(device));
 }
 
 bool is_ready(const PJRT_Api* api, PJRT_Event* event) {
@@ -36,12 +47,15 @@ bool is_ready(const PJRT_Api* api, PJRT_Event* event) {
 }  // namespace
 
 void track_execution(int device, PJRT_Event* done) {
-  const PJRT_Api* api = plugin().api;
-  std::lock_guard<std::mutex> lock(pending_mutex());
-  std::deque<PJRT_Event*>& events = pending()[device];
+  PendingDevice& queue = pending(device);
+  std::lock_guard<std::mutex> lock(queue.mutex);
+  std::deque<PJRT_Event*>& events = queue.events;
+  events.push_back(done);
+  if (events.size() % kPollEvery != 0) return;
   // Drop finished work from the front (keeping any that failed, so synchronize reports the error), so
   // the list stays short in a long eager loop.
-  while (!events.empty() && is_ready(api, events.front())) {
+  const PJRT_Api* api = plugin().api;
+  while (events.size() > 1 && is_ready(api, events.front())) {
     PJRT_Event_Error_Args error_args{};
     error_args.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE;
     error_args.event = events.front();
@@ -53,15 +67,15 @@ void track_execution(int device, PJRT_Event* done) {
     destroy_event(api, events.front());
     events.pop_front();
   }
-  events.push_back(done);
 }
 
 void synchronize(int device) {
   const PJRT_Api* api = plugin().api;
   std::deque<PJRT_Event*> events;
   {
-    std::lock_guard<std::mutex> lock(pending_mutex());
-    events.swap(pending()[device]);
+    PendingDevice& queue = pending(device);
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    events.swap(queue.events);
   }
   // Await every event even after a failure, so none leaks; then report the first failure.
   std::string first_error;
