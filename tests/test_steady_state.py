@@ -202,6 +202,11 @@ def test_foreach_ops_run_as_one_program(metrics):
     torch._foreach_add_([base[0], base[2]], [xs[0], xs[0]], alpha=2.0)
     torch._foreach_add_([tbase[0], tbase[2]], [txs[0], txs[0]], alpha=2.0)
     assert_close(tbase.cpu(), base)
+    # out= lists.
+    outs = [torch.empty_like(x) for x in txs]
+    torch.ops.aten._foreach_mul.List_out(txs, tys, out=outs)
+    for got, x, y in zip(outs, xs, ys):
+        assert_close(got.cpu(), x * y)
     ops = metrics()["ops"]
     assert ops["aten::_foreach_add.List"]["executions"] == 1
     assert fallback_ops() == {}

@@ -2,7 +2,8 @@
 
 For every rule keyed by a functional overload ("aten::foo.bar") it registers that overload, its in-place
 twin ("foo_.bar") and every out= overload whose other arguments match it by name and type. Run it after
-adding or removing a rule:
+adding or removing a rule and rebuilding the extension (the rule names come from the built table, since
+some families, such as the foreach ops, generate their entries):
 
     python tools/update_registrations.py
 """
@@ -20,10 +21,9 @@ HAND_WRITTEN = {"aten::copy_"}
 
 
 def rule_names() -> set[str]:
-    names = set()
-    for path in (ROOT / "csrc" / "lowering").glob("*.cc"):
-        names.update(re.findall(r'\{"(aten::[^"]+)"', path.read_text()))
-    return names
+    from torchtpu import _C
+
+    return set(_C._rule_names())
 
 
 def full_name(schema) -> str:
