@@ -201,7 +201,8 @@ class ProgramBuilder {
 
  private:
   ir::Value offset(const at::Tensor& t, size_t arg, int element) {
-    if (t.storage_offset() == 0) return ir::Value{};
+    // A view over part of its storage reads and writes at a runtime offset, so x[0] and x[i] share a program.
+    if (replaces_storage(t)) return ir::Value{};
     return parameter({DType::kI64, {}}, {ParamSource::Kind::kOffset, arg, element});
   }
 

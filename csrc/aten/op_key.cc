@@ -48,7 +48,8 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   key.add(kDeviceTensor);
   key.add_list(t.sizes().data(), t.sizes().size());
   key.add_list(t.strides().data(), t.strides().size());
-  key.add(t.storage_offset() == 0);  // a nonzero offset is a runtime operand
+  // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
+  // covers it follows from the words above.
   const auto [dtype, numel] = storage_layout(t);
   key.add(static_cast<int64_t>(dtype));
   key.add(numel);

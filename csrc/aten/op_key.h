@@ -11,8 +11,8 @@
 namespace torchtpu::aten {
 
 // The op, then per argument what shapes its program:
-//   device tensor: dtype, sizes, strides, whether the storage offset is 0 (a nonzero offset is an operand),
-//                  the storage's element type and length;
+//   device tensor: dtype, sizes, strides, the storage's element type and length (the storage offset of a
+//                  view over part of its storage is an operand);
 //   0-dim CPU tensor: dtype and whether it is a wrapped Python number (type promotion differs), not its value;
 //   Scalar / float: its kind (float, int, bool), plus its value only if the rule reads it at compile time;
 //   Scalar[]: its length and element kinds (values likewise);
