@@ -291,6 +291,10 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       continue;
     }
     const c10::IValue& r = meta_stack.at(j);
+    if (r.isInt()) {
+      signature->returns.push_back({ReturnPlan::Kind::kInt, 0, 0, r.toInt()});
+      continue;
+    }
     if (r.isTensorList()) {
       const c10::List<at::Tensor> list = r.toTensorList();
       signature->returns.push_back({ReturnPlan::Kind::kTensorList, outputs.size(), list.size()});
@@ -300,7 +304,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       }
     } else {
       // An undefined result (output_mask false) gets a placeholder type; its rule returns an invalid Value.
-      const at::Tensor& t = r.toTensor();
+      const at::Tensor t = r.isNone() ? at::Tensor() : r.toTensor();
       signature->returns.push_back({ReturnPlan::Kind::kTensor, outputs.size(), 1});
       outputs.push_back(t.defined() ? ir_type(t) : ir::Type{DType::kF32, {0}});
       undefined_outputs.push_back(!t.defined());

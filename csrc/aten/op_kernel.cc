@@ -177,6 +177,9 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
       case ReturnPlan::Kind::kTensor:
         returned.emplace_back(functional_result(r.index));
         break;
+      case ReturnPlan::Kind::kInt:
+        returned.emplace_back(r.value);
+        break;
       case ReturnPlan::Kind::kTensorList: {
         c10::List<at::Tensor> list;
         for (size_t k = 0; k < r.count; ++k) list.push_back(functional_result(r.index + k));

@@ -45,10 +45,11 @@ struct OutputBinding {
 
 // What the schema's returns are made of, in return order.
 struct ReturnPlan {
-  enum class Kind { kAlias, kTensor, kTensorList };
+  enum class Kind { kAlias, kTensor, kTensorList, kInt };
   Kind kind;
   size_t index = 0;  // kAlias: which mutated argument; kTensor/kTensorList: first functional binding
   size_t count = 1;  // kTensorList: number of bindings
+  int64_t value = 0;  // kInt: an int result fixed by the shapes (attention's max_q / max_k)
 };
 
 struct OpSignature {

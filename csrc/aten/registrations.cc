@@ -7,6 +7,7 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include "aten/attention.h"
 #include "aten/batch_norm.h"
 #include "aten/copy.h"
 #include "aten/fallback.h"
@@ -300,6 +301,8 @@ const std::vector<const char*>& lowered_ops() {
       "_pdist_forward.out",
       "_prelu_kernel",
       "_prelu_kernel_backward",
+      "_scaled_dot_product_fused_attention_overrideable",
+      "_scaled_dot_product_fused_attention_overrideable_backward",
       "_segment_reduce_backward",
       "_segment_reduce_backward.out",
       "_softmax",
@@ -1243,6 +1246,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torchtpu::aten;
   for (const char* op : lowered_ops()) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
   m.impl("_copy_from", &copy_from);
+  m.impl("_fused_sdp_choice", &fused_sdp_choice);
   m.impl("_copy_from_and_resize", &copy_from_and_resize);
   m.impl("_local_scalar_dense", &local_scalar_dense);
   m.impl("_reshape_alias", &at::native::_reshape_alias);

@@ -108,5 +108,6 @@ void add_histogram_rules(std::vector<Rule>& table);
 void add_special_rules(std::vector<Rule>& table);
 void add_foreach_rules(std::vector<Rule>& table);
 void add_optimizer_rules(std::vector<Rule>& table);
+void add_attention_rules(std::vector<Rule>& table);
 
 }  // namespace torchtpu::lowering
