@@ -286,3 +286,24 @@ def test_scalars_that_shape_the_output_key_the_program():
     for end in (256, 1, 7, 256, 3):
         torch.arange(0, end, 1, out=out)
         assert_close(out.cpu(), torch.arange(0, end, 1))
+
+
+def test_process_exits_cleanly_after_training_with_scalar_operands():
+    # Scalar operand buffers are cached per thread; torch's autograd threads end during shutdown, after the
+    # runtime may be gone, and must not crash the exit.
+    result = run_python(
+        """
+        import torch, torchtpu
+        model = torch.nn.Linear(4, 2).to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 10)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.ones(3, 4, device="tpu")).square().mean().backward()
+            opt.step()
+            sched.step()
+        print("trained")
+        """
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "trained" in result.stdout

@@ -1,6 +1,8 @@
 #include "aten/scalar_operands.h"
 
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -27,6 +29,27 @@ struct ScalarKeyHash {
   }
 };
 
+// Set when the process starts to exit. A thread that ends after that (torch joins its autograd threads
+// during shutdown) must not free device buffers: the runtime may already be gone.
+std::atomic<bool> exiting{false};
+
+using ScalarCache = std::unordered_map<ScalarKey, runtime::BufferPtr, ScalarKeyHash>;
+
+struct ThreadScalarCache {
+  ScalarCache values;
+  ~ThreadScalarCache() {
+    if (!exiting.load()) return;
+    for (auto& entry : values) new runtime::BufferPtr(std::move(entry.second));  // left for the OS to reclaim
+  }
+};
+
+ScalarCache& thread_cache() {
+  static const bool registered = [] { return std::atexit([] { exiting.store(true); }) == 0; }();
+  (void)registered;
+  thread_local ThreadScalarCache cache;
+  return cache.values;
+}
+
 runtime::BufferPtr upload_bytes(DType dtype, const void* bytes, size_t size, std::vector<int64_t> dims, int device) {
   // The plugin reads the host bytes asynchronously; the copy lives until it says it is done.
   auto host = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(bytes),
@@ -38,7 +61,7 @@ runtime::BufferPtr upload_bytes(DType dtype, const void* bytes, size_t size, std
 }  // namespace
 
 runtime::BufferPtr scalar_buffer(DType dtype, const void* bytes, size_t size, int device) {
-  thread_local std::unordered_map<ScalarKey, runtime::BufferPtr, ScalarKeyHash> cache;
+  ScalarCache& cache = thread_cache();
   ScalarKey key{device, dtype, 0};
   std::memcpy(&key.bits, bytes, std::min(size, sizeof key.bits));
   auto it = cache.find(key);

@@ -32,13 +32,14 @@ struct DeviceState {
   MemoryStats stats;
 };
 
+// Never destroyed: buffers may be freed during interpreter shutdown, after static destructors ran.
 std::mutex& stats_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 std::unordered_map<int, DeviceState>& device_states() {
-  static std::unordered_map<int, DeviceState> states;
-  return states;
+  static auto* states = new std::unordered_map<int, DeviceState>;
+  return *states;
 }
 
 void account(int device, int64_t delta) {
