@@ -153,9 +153,12 @@ class ProgramBuilder {
   ir::Value read(const at::Tensor& t, size_t arg, int element) {
     if (is_cpu_scalar(t)) return parameter({to_dtype(t.scalar_type()), {}}, {ParamSource::Kind::kCpuScalar, arg, element});
     const auto [dtype, numel] = storage_layout(t);
-    ir::Value flat = parameter({dtype, {numel}}, {ParamSource::Kind::kStorage, arg, element});
-    reads_.push_back({arg, element, flat});
-    return lowering::read_view(graph_, flat, geometry(t), offset(t, arg, element));
+    const std::vector<int64_t> dims = storage_dims(t);
+    ir::Value whole = parameter({dtype, dims}, {ParamSource::Kind::kStorage, arg, element});
+    reads_.push_back({arg, element, whole});
+    // The common case, a tensor that is its whole buffer as shaped, reads the parameter itself.
+    if (replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims)) return whole;
+    return lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element));
   }
 
   // The new storage contents of a mutated argument with `value` written through its view. Records the
@@ -165,7 +168,7 @@ class ProgramBuilder {
     ir::Value result;
     ir::Value donor;
     if (replaces_storage(target)) {
-      result = graph_.reshape(value, {graph_.type(value).numel()});
+      result = value;  // the new buffer takes the tensor's shape
       for (const Read& r : reads_) {
         if (r.arg == arg && r.element == element && graph_.type(r.flat) == graph_.type(result)) donor = r.flat;
       }
@@ -178,10 +181,12 @@ class ProgramBuilder {
         if (written == storage) base = latest;
       }
       if (!base.valid()) {
-        base = parameter({storage_dtype, {storage_numel}}, {ParamSource::Kind::kWriteBase, arg, element});
+        base = parameter({storage_dtype, storage_dims(target)}, {ParamSource::Kind::kWriteBase, arg, element});
         if (graph_.type(base).dtype == to_dtype(target.scalar_type())) donor = base;
       }
-      result = lowering::write_view(graph_, base, geometry(target), value, offset(target, arg, element));
+      result = lowering::write_view(graph_, flat(base), geometry(target), value, offset(target, arg, element));
+      // Keep the buffer's shape where the dtype allows, so the result can take over the base's buffer.
+      if (graph_.type(result).dtype == graph_.type(base).dtype) result = graph_.reshape(result, graph_.type(base).dims);
       written_storages_.emplace_back(storage, result);
     }
     if (donor.valid()) {
@@ -200,6 +205,12 @@ class ProgramBuilder {
   }
 
  private:
+  // A buffer's value as the 1-D storage the view code works on.
+  ir::Value flat(ir::Value whole) {
+    const ir::Type& t = graph_.type(whole);
+    return t.rank() == 1 ? whole : graph_.reshape(whole, {t.numel()});
+  }
+
   ir::Value offset(const at::Tensor& t, size_t arg, int element) {
     // A view over part of its storage reads and writes at a runtime offset, so x[0] and x[i] share a program.
     if (replaces_storage(t)) return ir::Value{};
@@ -406,8 +417,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     ir::Value value = g.convert(results[r], outputs[r].dtype);
     OutputBinding binding{outputs[r].dims, to_scalar_type(outputs[r].dtype), outputs[r].dtype, {}};
     if (r < num_functional) {
-      binding.buffer_dims = {outputs[r].numel()};
-      value = g.reshape(value, binding.buffer_dims);
+      binding.buffer_dims = outputs[r].dims;  // the buffer keeps the result's shape
       signature->functional.push_back(binding);
     } else {
       // Write through the mutated tensor's view into its whole storage, unless the rule left it as read.

@@ -52,7 +52,9 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   // covers it follows from the words above.
   const auto [dtype, numel] = storage_layout(t);
   key.add(static_cast<int64_t>(dtype));
-  key.add(numel);
+  const runtime::BufferPtr& buffer = storage_handle(t).buffer;  // its dims are the program parameter's
+  if (buffer) key.add_list(buffer->dims().data(), buffer->dims().size());
+  else key.add_list(&numel, 1);
 }
 
 void add_static(const OpInfo& info, cache::ProgramKey& key, const c10::IValue& v) {

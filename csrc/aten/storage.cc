@@ -58,6 +58,12 @@ std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
   return {DType::kU8, static_cast<int64_t>(nbytes)};
 }
 
+std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
+  const StorageHandle& handle = storage_handle(tensor);
+  if (handle.buffer) return handle.buffer->dims();
+  return {storage_layout(tensor).second};
+}
+
 const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor) {
   StorageHandle& handle = storage_handle(tensor);
   if (!handle.buffer) {
