@@ -5,13 +5,14 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 
-#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "aten/op_key.h"
+#include "aten/scalar_operands.h"
 #include "aten/storage.h"
 #include "lowering/view.h"
 
@@ -147,6 +148,7 @@ class ProgramBuilder {
     parameters_.push_back(parameter);
     return parameter;
   }
+  size_t last_parameter() const { return parameters_.size() - 1; }
 
   // A tensor argument (or list element) as a value: a 0-dim CPU tensor is a scalar operand; a device
   // tensor is its whole storage read through its view, with a nonzero storage offset as an operand.
@@ -155,7 +157,7 @@ class ProgramBuilder {
     const auto [dtype, numel] = storage_layout(t);
     const std::vector<int64_t> dims = storage_dims(t);
     ir::Value whole = parameter({dtype, dims}, {ParamSource::Kind::kStorage, arg, element});
-    reads_.push_back({arg, element, whole});
+    reads_.push_back({arg, element, last_parameter()});
     // The common case, a tensor that is its whole buffer as shaped, reads the parameter itself.
     if (replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims)) return whole;
     return lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element));
@@ -166,11 +168,13 @@ class ProgramBuilder {
   ir::Value write(const at::Tensor& target, size_t arg, int element, ir::Value value, size_t write_index) {
     const auto [storage_dtype, storage_numel] = storage_layout(target);
     ir::Value result;
-    ir::Value donor;
+    std::optional<size_t> donor;  // parameter index
     if (replaces_storage(target)) {
       result = value;  // the new buffer takes the tensor's shape
       for (const Read& r : reads_) {
-        if (r.arg == arg && r.element == element && graph_.type(r.flat) == graph_.type(result)) donor = r.flat;
+        if (r.arg == arg && r.element == element && graph_.type(parameters_[r.parameter]) == graph_.type(result)) {
+          donor = r.parameter;
+        }
       }
     } else {
       // Two writes into one storage (foreach over views of one tensor) chain: the later one writes into
@@ -182,26 +186,22 @@ class ProgramBuilder {
       }
       if (!base.valid()) {
         base = parameter({storage_dtype, storage_dims(target)}, {ParamSource::Kind::kWriteBase, arg, element});
-        if (graph_.type(base).dtype == to_dtype(target.scalar_type())) donor = base;
+        if (graph_.type(base).dtype == to_dtype(target.scalar_type())) donor = last_parameter();
       }
       result = lowering::write_view(graph_, flat(base), geometry(target), value, offset(target, arg, element));
       // Keep the buffer's shape where the dtype allows, so the result can take over the base's buffer.
       if (graph_.type(result).dtype == graph_.type(base).dtype) result = graph_.reshape(result, graph_.type(base).dims);
       written_storages_.emplace_back(storage, result);
     }
-    if (donor.valid()) {
-      const size_t index = static_cast<size_t>(std::find_if(parameters_.begin(), parameters_.end(),
-                                                            [&](ir::Value p) { return p.id == donor.id; }) -
-                                               parameters_.begin());
-      donations_.emplace_back(donor, write_index);
-      signature_.donations.emplace_back(index, write_index);
-    }
+    if (donor) signature_.donations.emplace_back(*donor, write_index);
     return result;
   }
 
   // Marks each donation in the program, once the results are known: write w is result `first_write + w`.
   void alias_donations(size_t first_write) {
-    for (const auto& [parameter, write] : donations_) graph_.alias_result(parameter, static_cast<int>(first_write + write));
+    for (const auto& [parameter, write] : signature_.donations) {
+      graph_.alias_result(parameters_[parameter], static_cast<int>(first_write + write));
+    }
   }
 
  private:
@@ -220,13 +220,12 @@ class ProgramBuilder {
   struct Read {
     size_t arg;
     int element;
-    ir::Value flat;
+    size_t parameter;  // the whole storage's parameter
   };
   OpSignature& signature_;
   ir::Graph graph_;
   std::vector<ir::Value> parameters_;
   std::vector<Read> reads_;
-  std::vector<std::pair<ir::Value, size_t>> donations_;
   std::vector<std::pair<const c10::StorageImpl*, ir::Value>> written_storages_;  // latest value per storage
 };
 
@@ -356,7 +355,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       }
     } else if (info.arg_classes[i] == ArgClass::kScalarList) {
       a.kind = Arg::Kind::kDoubleList;
-      for (const c10::IValue& e : v.toList()) a.reals.push_back(e.isDouble() ? e.toDouble() : static_cast<double>(e.isBool() ? e.toBool() : e.toInt()));
+      a.reals = scalar_list_values(v);
       a.dynamic = true;
     } else if (v.isScalar()) {
       a = scalar_arg(v, info.arg_classes[i] == ArgClass::kScalarOperand);
@@ -436,7 +435,8 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     result_types.push_back({binding.buffer_dtype, binding.buffer_dims});
   }
   g.set_results(program_results);
-  builder.alias_donations(program_results.size() - signature->writes.size());
+  signature->first_write = program_results.size() - signature->writes.size();
+  builder.alias_donations(signature->first_write);
   const std::string text = g.emit();
   if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());
   std::vector<int64_t> aliased;

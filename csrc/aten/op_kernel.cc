@@ -93,21 +93,18 @@ class CallTensors {
 
 runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Stack& stack, size_t first,
                                 CallTensors& tensors, c10::DeviceIndex device, int64_t rng_draws) {
-  auto param_tensor = [&](const torch::jit::Stack&, size_t, const ParamSource& s) -> const at::Tensor& {
-    return tensors.get(s.arg, s.element);
-  };
   switch (source.kind) {
     case ParamSource::Kind::kStorage:
     case ParamSource::Kind::kWriteBase:
-      return storage_buffer(param_tensor(stack, first, source));
+      return storage_buffer(tensors.get(source.arg, source.element));
     case ParamSource::Kind::kCpuScalar:
-      return scalar_buffer(param_tensor(stack, first, source), device);
+      return scalar_buffer(tensors.get(source.arg, source.element), device);
     case ParamSource::Kind::kScalar:
       return scalar_buffer(stack[first + source.arg], device);
     case ParamSource::Kind::kScalarList:
       return scalar_list_buffer(stack[first + source.arg], device);
     case ParamSource::Kind::kOffset: {
-      const int64_t offset = param_tensor(stack, first, source).storage_offset();
+      const int64_t offset = tensors.get(source.arg, source.element).storage_offset();
       return scalar_buffer(DType::kI64, &offset, sizeof offset, device);
     }
     case ParamSource::Kind::kRngState: {
@@ -155,11 +152,9 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
   std::vector<runtime::BufferPtr> outputs = eager::execute(*signature.executable, device, raw, kept);
   info.counters->executions++;
 
-  size_t num_functional = 0;  // program outputs that are functional results
-  for (const OutputBinding& b : signature.functional) num_functional += b.defined;
   for (size_t w = 0; w < signature.writes.size(); ++w) {
     const OutputBinding& write = signature.writes[w];
-    storage_handle(tensors.get(write.arg, write.element)).buffer = std::move(outputs[num_functional + w]);
+    storage_handle(tensors.get(write.arg, write.element)).buffer = std::move(outputs[signature.first_write + w]);
   }
   // Returns: functional results (a tensor or a list of them), or the mutated argument a return aliases.
   c10::SmallVector<c10::IValue, 4> returned;

@@ -49,12 +49,15 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   key.add_list(t.sizes().data(), t.sizes().size());
   key.add_list(t.strides().data(), t.strides().size());
   // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
-  // covers it follows from the words above.
-  const auto [dtype, numel] = storage_layout(t);
-  key.add(static_cast<int64_t>(dtype));
-  const runtime::BufferPtr& buffer = storage_handle(t).buffer;  // its dims are the program parameter's
-  if (buffer) key.add_list(buffer->dims().data(), buffer->dims().size());
-  else key.add_list(&numel, 1);
+  // covers it follows from the words above and below. The buffer's dims are the program parameter's.
+  if (const runtime::BufferPtr& buffer = storage_handle(t).buffer) {
+    key.add(static_cast<int64_t>(buffer->dtype()));
+    key.add_list(buffer->dims().data(), buffer->dims().size());
+  } else {
+    const auto [dtype, numel] = storage_layout(t);
+    key.add(static_cast<int64_t>(dtype));
+    key.add_list(&numel, 1);
+  }
 }
 
 void add_static(const OpInfo& info, cache::ProgramKey& key, const c10::IValue& v) {

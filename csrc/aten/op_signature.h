@@ -57,6 +57,7 @@ struct OpSignature {
   std::vector<ParamSource> params;
   std::vector<OutputBinding> functional;  // in return order (lists flattened)
   std::vector<OutputBinding> writes;      // one per mutated tensor (or list element) present, in argument order
+  size_t first_write = 0;                 // program result of writes[0] (the defined functional ones come first)
   std::vector<ReturnPlan> returns;
   // (parameter, write) pairs the program aliases: the write may take the parameter's buffer (donation)
   // when nothing else holds it.

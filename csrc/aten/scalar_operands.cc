@@ -90,9 +90,16 @@ runtime::BufferPtr scalar_buffer(const at::Tensor& cpu_scalar, int device) {
                        device);
 }
 
-runtime::BufferPtr scalar_list_buffer(const c10::IValue& list, int device) {
+std::vector<double> scalar_list_values(const c10::IValue& list) {
   std::vector<double> values;
-  for (const c10::IValue& v : list.toList()) values.push_back(v.isDouble() ? v.toDouble() : static_cast<double>(v.isBool() ? v.toBool() : v.toInt()));
+  for (const c10::IValue& v : list.toList()) {
+    values.push_back(v.isDouble() ? v.toDouble() : static_cast<double>(v.isBool() ? v.toBool() : v.toInt()));
+  }
+  return values;
+}
+
+runtime::BufferPtr scalar_list_buffer(const c10::IValue& list, int device) {
+  const std::vector<double> values = scalar_list_values(list);
   return upload_bytes(DType::kF64, values.data(), values.size() * sizeof(double), {static_cast<int64_t>(values.size())},
                       device);
 }

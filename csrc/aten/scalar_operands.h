@@ -17,6 +17,8 @@ runtime::BufferPtr scalar_buffer(DType dtype, const void* bytes, size_t size, in
 runtime::BufferPtr scalar_buffer(const c10::IValue& value, int device);
 // A 0-dim CPU tensor's value, in its own dtype.
 runtime::BufferPtr scalar_buffer(const at::Tensor& cpu_scalar, int device);
+// The values of a Scalar[] argument as doubles (ints and bools converted).
+std::vector<double> scalar_list_values(const c10::IValue& list);
 // A Scalar[] argument as one f64 array.
 runtime::BufferPtr scalar_list_buffer(const c10::IValue& list, int device);
 
