@@ -1247,6 +1247,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* op : lowered_ops()) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
   m.impl("_copy_from", &copy_from);
   m.impl("_fused_sdp_choice", &fused_sdp_choice);
+  m.impl("_has_compatible_shallow_copy_type", &has_compatible_shallow_copy_type);
   m.impl("_copy_from_and_resize", &copy_from_and_resize);
   m.impl("_local_scalar_dense", &local_scalar_dense);
   m.impl("_reshape_alias", &at::native::_reshape_alias);

@@ -96,4 +96,15 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_source_storage_offset(self, std::move(storage), 0, {0}, {1});
 }
 
+// Module.to("tpu") converts each parameter with `param.data = converted` when this says yes, so a parameter
+// shared by two modules (tied embeddings and LM heads) stays one Parameter. PyTorch's default answer covers
+// only its in-tree backends, and a "no" makes `to` build a new Parameter per module: the tie breaks silently
+// and the model trains two copies. Both sides are plain strided TensorImpls, so swapping is safe.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto plain = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1);
+  };
+  return plain(self) && plain(from);
+}
+
 }  // namespace torchtpu::aten

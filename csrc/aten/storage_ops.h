@@ -17,6 +17,8 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, int6
 at::Tensor& set_source_storage(at::Tensor& self, at::Storage source);
 at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source);
 at::Tensor& set_empty(at::Tensor& self);
+// Whether `self.data = from` may swap the TensorImpl's contents in place (CPU and tpu dense tensors may).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);
 
 // Grows or shrinks a storage to `nbytes`, keeping the leading bytes.
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
