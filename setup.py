@@ -10,12 +10,14 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RUNTIME_PACKAGES = ("torch", "xla-cpu-pjrt", "numpy")
+# `pip install torchtpu[hf]`: the Hugging Face versions docs/huggingface.md was measured with.
+HF_PACKAGES = ("transformers", "accelerate", "diffusers", "safetensors", "tokenizers")
 
 
-def runtime_requirements():
+def runtime_requirements(packages=RUNTIME_PACKAGES):
     with open(os.path.join(ROOT, "requirements.txt")) as f:
         pins = [line.split("#")[0].strip() for line in f]
-    return [pin for pin in pins if pin and pin.split("==")[0] in RUNTIME_PACKAGES]
+    return [pin for pin in pins if pin and pin.split("==")[0] in packages]
 
 
 class CMakeBuild(build_ext):
@@ -43,5 +45,6 @@ setup(
     ext_modules=[Extension("torchtpu._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     install_requires=runtime_requirements(),
+    extras_require={"hf": runtime_requirements(HF_PACKAGES)},
     python_requires=">=3.10",
 )
