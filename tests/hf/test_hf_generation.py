@@ -1,0 +1,84 @@
+"""Inference with transformers on tpu: loading straight onto the device, pipeline, sampling with the device
+generator, beam search, saving from tpu, bfloat16 loading. Models and tokenizer are built locally."""
+import pytest
+import torch
+
+import torchtpu
+
+pytest.importorskip("transformers")
+
+import transformers as hf  # noqa: E402
+
+from torchtpu.testing.hf_models import architectures, word_tokenizer  # noqa: E402
+
+ARCHITECTURES = architectures()
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    """A saved tiny Llama with a word-level tokenizer, as a folder from_pretrained and pipeline can read."""
+    folder = tmp_path_factory.mktemp("llama")
+    ARCHITECTURES["llama"].build().save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def prompt():
+    return torch.randint(3, 100, (2, 6), generator=torch.Generator().manual_seed(3))
+
+
+def test_pipeline_text_generation_matches_cpu(llama_dir):
+    tpu = hf.pipeline("text-generation", model=str(llama_dir), device="tpu")
+    assert tpu.model.device.type == "tpu"
+    cpu = hf.pipeline("text-generation", model=str(llama_dir), device="cpu")
+    text = "w1 w2 w3 w4"
+    assert tpu(text, max_new_tokens=5, do_sample=False) == cpu(text, max_new_tokens=5, do_sample=False)
+
+
+def test_sampling_uses_the_seeded_device_generator(llama_dir):
+    model = hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="tpu")
+    ids = prompt().to("tpu")
+    settings = dict(do_sample=True, max_new_tokens=6, top_k=20, top_p=0.9, temperature=0.8)
+    torchtpu.reset_metrics()
+    torch.manual_seed(123)
+    first = model.generate(ids, **settings).cpu()
+    torch.manual_seed(123)
+    again = model.generate(ids, **settings).cpu()
+    torch.manual_seed(124)
+    other = model.generate(ids, **settings).cpu()
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+    ops = torchtpu.metrics()["ops"]
+    assert ops["aten::multinomial"]["executions"] > 0 and ops["aten::multinomial"]["fallbacks"] == 0
+
+
+def test_beam_search_matches_cpu(llama_dir, metrics):
+    tpu_model = hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="tpu")
+    cpu_model = hf.AutoModelForCausalLM.from_pretrained(llama_dir)
+    settings = dict(num_beams=3, max_new_tokens=5, do_sample=False)
+    assert torch.equal(tpu_model.generate(prompt().to("tpu"), **settings).cpu(), cpu_model.generate(prompt(), **settings))
+    assert all(s["fallbacks"] == 0 for s in metrics()["ops"].values())
+
+
+def test_save_pretrained_from_tpu_keeps_tied_weights(tmp_path):
+    model = ARCHITECTURES["gpt2"].build().to("tpu")  # GPT-2 ties its LM head to the token embedding
+    assert model.lm_head.weight is model.transformer.wte.weight
+    with torch.no_grad():
+        model.transformer.wte.weight.add_(0.5)  # a change made on the device must reach the file
+    model.save_pretrained(tmp_path)
+    loaded = hf.GPT2LMHeadModel.from_pretrained(tmp_path, device_map="tpu")
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a.cpu(), b.cpu()), name
+
+
+def test_bfloat16_loading(llama_dir):
+    model = hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="tpu", dtype=torch.bfloat16)
+    assert model.dtype == torch.bfloat16 and model.device.type == "tpu"
+    cpu = hf.AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.bfloat16)
+    ids = prompt()
+    with torch.no_grad():
+        logits = model(ids.to("tpu")).logits
+        # bfloat16 on both sides, summed in different orders: a few bfloat16 ulps at |logit| < 1
+        torch.testing.assert_close(logits.cpu(), cpu(ids).logits, atol=2e-2, rtol=0)
+        assert torch.equal(model.generate(ids.to("tpu"), max_new_tokens=3, do_sample=False).cpu()[:, :6], ids)
