@@ -1,5 +1,11 @@
+import os
+import tempfile
+
 import pytest
 import torch
+
+# The suite's compiled programs go to a cache directory of its own, not the user's (child processes inherit it).
+os.environ.setdefault("TORCHTPU_CACHE_DIR", tempfile.mkdtemp(prefix="torchtpu-test-cache-"))
 
 import torchtpu  # noqa: F401  (registers the tpu device)
 

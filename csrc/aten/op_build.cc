@@ -14,6 +14,7 @@
 #include "aten/op_key.h"
 #include "aten/scalar_operands.h"
 #include "aten/storage.h"
+#include "cache/disk_cache.h"
 #include "lowering/view.h"
 
 namespace torchtpu::aten {
@@ -441,7 +442,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());
   std::vector<int64_t> aliased;
   for (const auto& donation : signature->donations) aliased.push_back(static_cast<int64_t>(donation.first));
-  signature->executable = runtime::compile(text, std::move(result_types), std::move(aliased));
+  signature->executable = cache::load_or_compile(text, std::move(result_types), std::move(aliased));
   return signature;
 }
 

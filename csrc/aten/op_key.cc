@@ -47,7 +47,10 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   }
   key.add(kDeviceTensor);
   key.add_list(t.sizes().data(), t.sizes().size());
-  key.add_list(t.strides().data(), t.strides().size());
+  // A dim of size 1 never moves the address: its stride (which PyTorch leaves at whatever the view
+  // arithmetic gave, e.g. a growing row length in x[:, -1:]) is not part of the program.
+  const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
+  for (size_t d = 0; d < strides.size(); ++d) key.add(sizes[d] == 1 ? int64_t{0} : strides[d]);
   // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
   // covers it follows from the words above and below. The buffer's dims are the program parameter's.
   if (const runtime::BufferPtr& buffer = storage_handle(t).buffer) {

@@ -7,6 +7,7 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include "aten/append.h"
 #include "aten/attention.h"
 #include "aten/batch_norm.h"
 #include "aten/copy.h"
@@ -301,7 +302,6 @@ const std::vector<const char*>& lowered_ops() {
       "_pdist_forward.out",
       "_prelu_kernel",
       "_prelu_kernel_backward",
-      "_scaled_dot_product_fused_attention_overrideable",
       "_scaled_dot_product_fused_attention_overrideable_backward",
       "_segment_reduce_backward",
       "_segment_reduce_backward.out",
@@ -454,7 +454,6 @@ const std::vector<const char*>& lowered_ops() {
       "bucketize.Scalar_out",
       "bucketize.Tensor",
       "bucketize.Tensor_out",
-      "cat",
       "cat.out",
       "cauchy_",
       "ceil",
@@ -1245,6 +1244,9 @@ const std::vector<const char*>& lowered_ops() {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torchtpu::aten;
   for (const char* op : lowered_ops()) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
+  m.impl("cat", torch::CppFunction::makeFromBoxedFunction<&cat_kernel>());
+  m.impl("_scaled_dot_product_fused_attention_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&attention_kernel>());
   m.impl("_copy_from", &copy_from);
   m.impl("_fused_sdp_choice", &fused_sdp_choice);
   m.impl("_has_compatible_shallow_copy_type", &has_compatible_shallow_copy_type);
@@ -1265,6 +1267,24 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", &at::native::unfold);
   m.impl("view", &at::native::view);
   m.impl("view.dtype", &at::native::view_dtype);
+}
+
+// torchtpu's internal ops: lowered like ATen ops, called by the hand-written kernels above (aten/append.h).
+TORCH_LIBRARY(torchtpu, m) {
+  m.def("_append_rows(Tensor storage, Tensor piece, Scalar rows, int capacity) -> Tensor");
+  m.def("_attention_prefix(Tensor query, Tensor key_storage, Tensor value_storage, Scalar kv_len, int kv_heads, "
+        "int capacity, bool is_causal, float? scale) -> (Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) {
+  using torchtpu::aten::op_kernel;
+  m.impl("_append_rows", torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
+  m.impl("_attention_prefix", torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
+}
+
+TORCH_LIBRARY_IMPL(torchtpu, Meta, m) {
+  m.impl("_append_rows", &torchtpu::aten::append_rows_meta);
+  m.impl("_attention_prefix", &torchtpu::aten::attention_prefix_meta);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

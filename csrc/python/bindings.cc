@@ -8,6 +8,7 @@
 #include "aten/metrics.h"
 #include "aten/op_kernel.h"
 #include "aten/registrations.h"
+#include "cache/disk_cache.h"
 #include "lowering/rule.h"
 #include "runtime/buffer.h"
 #include "runtime/plugin.h"
@@ -99,4 +100,21 @@ PYBIND11_MODULE(_C, m) {
     return names;
   });
   m.def("_rule_names", &lowering::rule_names);
+  cache::set_warning_sink([](const std::string& message) { TORCH_WARN(message); });
+  m.def("_disk_cache_stats", [] {
+    const cache::DiskCacheStats s = cache::disk_cache_stats();
+    py::dict d;
+    d["enabled"] = s.enabled;
+    d["directory"] = s.directory;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["writes"] = s.writes;
+    d["rejected"] = s.rejected;
+    d["evictions"] = s.evictions;
+    d["entries"] = s.entries;
+    d["bytes"] = s.bytes;
+    d["max_bytes"] = s.max_bytes;
+    return d;
+  });
+  m.def("_clear_disk_cache", &cache::clear_disk_cache);
 }

@@ -76,7 +76,7 @@ std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<Ar
   program.code_size = stablehlo.size();
   program.format = kFormat;
   program.format_size = sizeof(kFormat) - 1;
-  const std::string options = compile_options_proto(/*portable=*/true);
+  const std::string& options = compile_options();
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = p.client;
@@ -85,6 +85,46 @@ std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<Ar
   args.compile_options_size = options.size();
   check(p.api, p.api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
   return std::make_unique<Executable>(args.executable, std::move(output_types), std::move(aliased_inputs));
+}
+
+const std::string& compile_options() {
+  static const std::string options = compile_options_proto(/*portable=*/true);
+  return options;
+}
+
+std::string Executable::serialize() const {
+  const PJRT_Api* api = plugin().api;
+  PJRT_LoadedExecutable_GetExecutable_Args get{};
+  get.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  get.loaded_executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
+  check(api, api->PJRT_LoadedExecutable_GetExecutable(&get), "PJRT_LoadedExecutable_GetExecutable");
+  PJRT_Executable_Serialize_Args args{};
+  args.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE;
+  args.executable = get.executable;
+  PJRT_Error* error = api->PJRT_Executable_Serialize(&args);
+  std::string bytes;
+  if (error == nullptr) {
+    bytes.assign(args.serialized_bytes, args.serialized_bytes_size);
+    args.serialized_executable_deleter(args.serialized_executable);
+  }
+  PJRT_Executable_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+  destroy.executable = get.executable;
+  destroy_error(api, api->PJRT_Executable_Destroy(&destroy));
+  check(api, error, "PJRT_Executable_Serialize");
+  return bytes;
+}
+
+std::unique_ptr<Executable> deserialize(const std::string& bytes, std::vector<ArrayType> output_types,
+                                        std::vector<int64_t> aliased_inputs) {
+  const Plugin& p = plugin();
+  PJRT_Executable_DeserializeAndLoad_Args args{};
+  args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE;
+  args.client = p.client;
+  args.serialized_executable = bytes.data();
+  args.serialized_executable_size = bytes.size();
+  check(p.api, p.api->PJRT_Executable_DeserializeAndLoad(&args), "PJRT_Executable_DeserializeAndLoad");
+  return std::make_unique<Executable>(args.loaded_executable, std::move(output_types), std::move(aliased_inputs));
 }
 
 }  // namespace torchtpu::runtime

@@ -31,6 +31,10 @@ class Executable {
   std::vector<BufferPtr> execute(int device, const std::vector<const Buffer*>& arguments,
                                  const std::vector<int64_t>& kept = {}) const;
   const std::vector<ArrayType>& output_types() const { return output_types_; }
+  const std::vector<int64_t>& aliased_inputs() const { return aliased_inputs_; }
+  // The plugin's serialized form of the compiled program, loadable by the same plugin build
+  // (deserialize below); how the on-disk program cache stores it.
+  std::string serialize() const;
 
  private:
   void* loaded_executable_;
@@ -42,5 +46,13 @@ class Executable {
 // `aliased_inputs` are the parameters the text marks with tf.aliasing_output.
 std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<ArrayType> output_types,
                                     std::vector<int64_t> aliased_inputs = {});
+
+// Loads an executable that Executable::serialize produced with this plugin build. Throws PjrtError when
+// the plugin rejects the bytes.
+std::unique_ptr<Executable> deserialize(const std::string& bytes, std::vector<ArrayType> output_types,
+                                        std::vector<int64_t> aliased_inputs);
+
+// The serialized compile options every program is compiled with (part of a cached program's identity).
+const std::string& compile_options();
 
 }  // namespace torchtpu::runtime

@@ -18,6 +18,7 @@ torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module
 _printing.install()
 _accelerate.install()  # accelerate (Trainer) places batches on tpu
 
+from torchtpu import cache  # noqa: E402,F401
 from torchtpu.metrics import metrics, reset_metrics  # noqa: E402
 
 __all__ = ["metrics", "reset_metrics", "plugin_info"]

@@ -1,0 +1,147 @@
+#include "aten/append.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include <algorithm>
+
+#include "aten/op_kernel.h"
+#include "aten/op_key.h"
+
+namespace torchtpu::aten {
+namespace {
+
+// Positions a growing tensor's storage has room for: the next power of two, at least 16.
+int64_t capacity_for(int64_t rows) {
+  int64_t capacity = 16;
+  while (capacity < rows) capacity *= 2;
+  return capacity;
+}
+
+// Elements of `t`'s dtype that its storage holds.
+int64_t stored_elements(const at::Tensor& t) { return static_cast<int64_t>(t.storage().nbytes()) / t.element_size(); }
+
+// A tpu tensor laid out contiguously from the start of its storage: its storage, read whole as 1-d, begins
+// with its elements in order.
+bool starts_its_storage(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 && t.is_contiguous() &&
+         t.storage_offset() == 0;
+}
+
+int64_t product(c10::IntArrayRef sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+at::Tensor whole_storage(const at::Tensor& t) { return t.as_strided({stored_elements(t)}, {1}, 0); }
+
+// cat([a, b], dim) as an append with spare capacity, or nothing when the call is not an append.
+std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
+  if (!starts_its_storage(a) || !b.defined() || b.device() != a.device() || b.scalar_type() != a.scalar_type() ||
+      a.dim() == 0 || b.dim() != a.dim()) {
+    return std::nullopt;
+  }
+  const int64_t d = c10::maybe_wrap_dim(dim, a.dim());
+  for (int64_t i = 0; i < a.dim(); ++i) {
+    if (i != d && a.size(i) != b.size(i)) return std::nullopt;  // the lowered cat raises CPU's error
+  }
+  const int64_t rows = a.size(d), added = b.size(d);
+  const int64_t outer = product(a.sizes().slice(0, d)), inner = product(a.sizes().slice(d + 1));
+  if (rows == 0 || added == 0 || outer == 0 || inner == 0) return std::nullopt;
+  // Growing: `a` came from an earlier append (its storage has room), or a small piece joins a longer
+  // tensor. Any other cat keeps its exact storage.
+  const bool has_room = stored_elements(a) > a.numel();
+  if (!has_room && added * 4 > rows) return std::nullopt;
+
+  static const auto append_rows =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("torchtpu::_append_rows", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&, int64_t)>();
+  const at::Tensor flat =
+      append_rows.call(whole_storage(a), b.reshape({outer, added, inner}), at::Scalar(rows), capacity_for(rows + added));
+  std::vector<int64_t> sizes = a.sizes().vec();
+  sizes[static_cast<size_t>(d)] = rows + added;
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t i = sizes.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * std::max<int64_t>(sizes[i], 1);
+  return flat.as_strided(sizes, strides, 0);
+}
+
+}  // namespace
+
+void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t first = stack->size() - 2;
+  const std::vector<at::Tensor> parts = list_elements((*stack)[first]);
+  if (parts.size() == 2) {
+    if (std::optional<at::Tensor> grown = append(parts[0], parts[1], (*stack)[first + 1].toInt())) {
+      torch::jit::drop(*stack, 2);
+      stack->emplace_back(std::move(*grown));
+      return;
+    }
+  }
+  op_kernel(op, stack);
+}
+
+void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask, *, scale)
+  const size_t first = stack->size() - 8;
+  const torch::jit::Stack& s = *stack;
+  const at::Tensor& q = s[first].toTensor();
+  const at::Tensor& k = s[first + 1].toTensor();
+  const at::Tensor& v = s[first + 2].toTensor();
+  const bool plain = s[first + 3].isNone() && s[first + 4].toDouble() == 0.0 && !s[first + 6].toBool();
+  int64_t capacity = 0;
+  if (plain && q.dim() == 4 && starts_its_storage(k) && starts_its_storage(v) && k.dim() == 4 && v.dim() == 4 &&
+      k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2) &&
+      q.size(1) % k.size(1) == 0 && k.numel() > 0 && v.numel() > 0) {
+    // Both storages hold exactly `capacity` positions, as an append leaves them.
+    const int64_t outer = k.size(0) * k.size(1);
+    capacity = stored_elements(k) / (outer * k.size(3));
+    if (stored_elements(k) != outer * capacity * k.size(3) || stored_elements(v) != outer * capacity * v.size(3)) {
+      capacity = 0;
+    }
+  }
+  const int64_t kv_len = k.dim() == 4 ? k.size(2) : 0;
+  if (capacity <= kv_len) {
+    op_kernel(op, stack);
+    return;
+  }
+  static const auto attention_prefix =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("torchtpu::_attention_prefix", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Scalar&, int64_t, int64_t, bool,
+              std::optional<double>)>();
+  auto [out, lse, seed, offset] =
+      attention_prefix.call(q, whole_storage(k), whole_storage(v), at::Scalar(kv_len), k.size(1), capacity,
+                            s[first + 5].toBool(), s[first + 7].toOptional<double>());
+  const int64_t query_len = q.size(2);
+  torch::jit::drop(*stack, 8);
+  stack->emplace_back(std::move(out));
+  stack->emplace_back(std::move(lse));
+  stack->emplace_back(at::Tensor());  // cum_seq_q
+  stack->emplace_back(at::Tensor());  // cum_seq_k
+  stack->emplace_back(query_len);     // max_q
+  stack->emplace_back(kv_len);        // max_k
+  stack->emplace_back(std::move(seed));
+  stack->emplace_back(std::move(offset));
+  stack->emplace_back(at::Tensor());  // debug_attn_mask
+}
+
+at::Tensor append_rows_meta(const at::Tensor& storage, const at::Tensor& piece, const at::Scalar& /*rows*/,
+                            int64_t capacity) {
+  return at::empty({piece.size(0) * capacity * piece.size(2)}, storage.options());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_prefix_meta(
+    const at::Tensor& query, const at::Tensor& /*key_storage*/, const at::Tensor& value_storage,
+    const at::Scalar& /*kv_len*/, int64_t kv_heads, int64_t capacity, bool /*is_causal*/,
+    std::optional<double> /*scale*/) {
+  const int64_t batch = query.size(0), heads = query.size(1), length = query.size(2);
+  const int64_t value_dim = value_storage.numel() / (batch * kv_heads * capacity);
+  return {at::empty({batch, heads, length, value_dim}, query.options()),
+          at::empty({batch, heads, length}, query.options().dtype(at::kFloat)),
+          at::empty({}, query.options().dtype(at::kLong)), at::empty({}, query.options().dtype(at::kLong))};
+}
+
+}  // namespace torchtpu::aten
