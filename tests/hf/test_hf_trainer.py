@@ -63,6 +63,19 @@ def test_trainer_uses_tpu_without_environment(tmp_path):
     assert make_trainer(tmp_path, use_cpu=True).accelerator.device.type == "cpu"
 
 
+def test_accelerate_imported_before_torchtpu():
+    """The patch also applies when accelerate was loaded first; PartialState then answers tpu:0."""
+    from helpers import run_python
+
+    result = run_python("""
+        import accelerate.state
+        import torchtpu
+        print(accelerate.state.PartialState().device)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "tpu:0"
+
+
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
 def test_trainer_matches_cpu(tmp_path, metrics, bf16):
     cpu = make_trainer(tmp_path / "cpu", use_cpu=True, bf16=bf16)
