@@ -134,9 +134,60 @@ std::vector<Value> lower_fused_sgd(LoweringContext& ctx) {
   return out;
 }
 
+// GradScaler's two steps (torch.amp.GradScaler("tpu"), fp16 mixed precision).
+
+// _amp_foreach_non_finite_check_and_unscale(self[], found_inf, inv_scale) -> (self_out[], found_inf_out):
+// every grad times inv_scale (unchanged where inv_scale is 1, as CUDA does); found_inf becomes 1 where any
+// element of any grad (before scaling) is inf or NaN, and otherwise keeps its value.
+std::vector<Value> lower_amp_non_finite_check_and_unscale(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value found_inf = ctx.tensor(1);
+  const Type& flag_type = g.type(found_inf);
+  Value any_bad = g.constant_int(0, DType::kBool);
+  std::vector<Value> out;
+  for (Value grad : ctx.args[0].tensors) {
+    const Type& t = g.type(grad);
+    const DType compute = accumulation_dtype(t.dtype);
+    Value wide = g.convert(grad, compute);
+    Value finite = g.op("is_finite", {wide}, Type{DType::kBool, t.dims});
+    Value all_finite = g.reduce(finite, g.constant_int(1, DType::kBool), dim_range(0, t.rank()), ir::Reducer::kAnd);
+    any_bad = g.binary("or", any_bad, g.unary("not", all_finite));
+    Value inv_scale = cast_to(g, g.reshape(ctx.tensor(2), {}), Type{compute, {}});
+    Value scaled = g.binary("multiply", wide, broadcast_to(g, inv_scale, t.dims));
+    Value is_one = g.compare(inv_scale, g.constant(1.0, compute), ir::Comparison::kEQ);
+    out.push_back(g.convert(g.select(broadcast_to(g, is_one, t.dims), wide, scaled), t.dtype));
+  }
+  Value one = g.constant(1.0, flag_type.dtype, flag_type.dims);
+  out.push_back(g.select(broadcast_to(g, any_bad, flag_type.dims), one, found_inf));
+  return out;
+}
+
+// _amp_update_scale(self, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)
+//   -> (scale, growth_tracker_out), CUDA's rule: after an overflow the scale backs off and the count restarts;
+// after growth_interval clean steps in a row it grows (unless that overflows float) and the count restarts.
+std::vector<Value> lower_amp_update_scale(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value scale = ctx.tensor(0), tracker = ctx.tensor(1);
+  const Type st = g.type(scale), tt = g.type(tracker);
+  Value found = g.compare(cast_to(g, ctx.tensor(2), Type{DType::kF32, st.dims}), g.constant(0, DType::kF32, st.dims),
+                          ir::Comparison::kNE);
+  Value growth = ctx.scalar(3, st.dtype, st.dims), backoff = ctx.scalar(4, st.dtype, st.dims);
+  Value interval = g.constant_int(ctx.integer(5), tt.dtype, tt.dims);  // an int: static, keys the program
+  Value successful = g.binary("add", tracker, g.constant_int(1, tt.dtype, tt.dims));
+  Value grow = g.compare(successful, interval, ir::Comparison::kEQ);
+  Value grown = g.binary("multiply", scale, growth);
+  Value grown_ok = g.select(g.op("is_finite", {grown}, Type{DType::kBool, st.dims}), grown, scale);
+  Value zero = g.constant_int(0, tt.dtype, tt.dims);
+  Value new_scale = g.select(found, g.binary("multiply", scale, backoff), g.select(grow, grown_ok, scale));
+  Value new_tracker = g.select(found, zero, g.select(grow, zero, successful));
+  return {new_scale, new_tracker};
+}
+
 }  // namespace
 
 void add_optimizer_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_amp_foreach_non_finite_check_and_unscale", &lower_amp_non_finite_check_and_unscale});
+  table.push_back({"aten::_amp_update_scale", &lower_amp_update_scale});
   table.push_back({"aten::_fused_adam", &lower_fused_adam});
   table.push_back({"aten::_fused_adam.tensor_lr", &lower_fused_adam});
   table.push_back({"aten::_fused_adamw", &lower_fused_adamw});
