@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two commands of README.md:
-#   ./run.sh demo   set everything up, then train a small MLP on tpu and compare with CPU
+#   ./run.sh demo   set everything up, then `torchtpu demo`: a small GPT and a tiny HF Llama on tpu against CPU
 #   ./run.sh test   set everything up, then run the C++ unit tests and the whole Python test suite
 # Setting up is idempotent: a virtual environment in .venv, the pinned dependencies, the extension build.
 set -euo pipefail
@@ -20,7 +20,7 @@ setup() {
 case "${1:-}" in
   demo)
     setup
-    .venv/bin/python -m torchtpu.demo
+    .venv/bin/python -m torchtpu demo
     ;;
   test)
     setup
