@@ -12,6 +12,8 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 RUNTIME_PACKAGES = ("torch", "xla-cpu-pjrt", "numpy")
 # `pip install torchtpu[hf]`: the Hugging Face versions docs/huggingface.md was measured with.
 HF_PACKAGES = ("transformers", "accelerate", "diffusers", "safetensors", "tokenizers")
+# `pip install torchtpu[tpu]`: libtpu, the TPU plugin; torchtpu.aot also compiles with it on a host without a TPU.
+TPU_PACKAGES = ("libtpu",)
 
 
 def runtime_requirements(packages=RUNTIME_PACKAGES):
@@ -34,6 +36,10 @@ class CMakeBuild(build_ext):
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(built[0], target)
+        # torchtpu.aot's child process travels with the package.
+        tool = os.path.join(build_dir, "torchtpu_aot_compile")
+        if os.path.exists(tool):
+            shutil.copy2(tool, os.path.join(os.path.dirname(target), "torchtpu_aot_compile"))
 
 
 setup(
@@ -45,6 +51,6 @@ setup(
     ext_modules=[Extension("torchtpu._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     install_requires=runtime_requirements(),
-    extras_require={"hf": runtime_requirements(HF_PACKAGES)},
+    extras_require={"hf": runtime_requirements(HF_PACKAGES), "tpu": runtime_requirements(TPU_PACKAGES)},
     python_requires=">=3.10",
 )

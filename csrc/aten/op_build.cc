@@ -14,6 +14,7 @@
 #include "aten/op_key.h"
 #include "aten/scalar_operands.h"
 #include "aten/storage.h"
+#include "aot/recorder.h"
 #include "cache/disk_cache.h"
 #include "lowering/view.h"
 
@@ -440,6 +441,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   builder.alias_donations(signature->first_write);
   const std::string text = g.emit();
   if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());
+  aot::record(info.name, text);
   std::vector<int64_t> aliased;
   for (const auto& donation : signature->donations) aliased.push_back(static_cast<int64_t>(donation.first));
   signature->executable = cache::load_or_compile(text, std::move(result_types), std::move(aliased));

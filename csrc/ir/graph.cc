@@ -400,24 +400,81 @@ Value Graph::reduce(Value x, Value init, const std::vector<int64_t>& dimensions,
   return add_node(std::move(text), {result});
 }
 
+namespace {
+
+// Indices of the dims of a dot operand that are neither batch nor contracting, in order.
+std::vector<int64_t> free_dim_indices(int64_t rank, const std::vector<int64_t>& batch,
+                                      const std::vector<int64_t>& contract) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < rank; ++i) {
+    bool used = false;
+    for (int64_t d : batch) used |= d == i;
+    for (int64_t d : contract) used |= d == i;
+    if (!used) out.push_back(i);
+  }
+  return out;
+}
+
+// A dot_general of 64-bit integers as a broadcast multiply and a sum over the contracted dims. XLA's TPU
+// compiler rejects s64/u64 dots (it has no 64-bit integer path to rewrite them into; found by torchtpu.aot).
+// The sum is exact in the same wrapping 64-bit arithmetic, so every plugin computes what CPU torch does.
+// It materialises batch x free x free x contracted elements; integer matmuls are rare and small.
+Value wide_integer_dot(Graph& g, Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+                       const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                       const std::vector<int64_t>& rhs_contract, DType dtype) {
+  const std::vector<int64_t> lhs_free = free_dim_indices(g.type(lhs).rank(), lhs_batch, lhs_contract);
+  const std::vector<int64_t> rhs_free = free_dim_indices(g.type(rhs).rank(), rhs_batch, rhs_contract);
+  const size_t nb = lhs_batch.size(), nl = lhs_free.size(), nr = rhs_free.size(), nc = lhs_contract.size();
+  // Product dims: batch, lhs free, rhs free, contracted; each operand moved to (batch, free, contracted).
+  std::vector<int64_t> dims, lhs_order, rhs_order, lhs_to, rhs_to;
+  for (size_t i = 0; i < nb; ++i) {
+    dims.push_back(g.type(lhs).dims[static_cast<size_t>(lhs_batch[i])]);
+    lhs_order.push_back(lhs_batch[i]);
+    rhs_order.push_back(rhs_batch[i]);
+    lhs_to.push_back(static_cast<int64_t>(i));
+    rhs_to.push_back(static_cast<int64_t>(i));
+  }
+  for (size_t i = 0; i < nl; ++i) {
+    dims.push_back(g.type(lhs).dims[static_cast<size_t>(lhs_free[i])]);
+    lhs_order.push_back(lhs_free[i]);
+    lhs_to.push_back(static_cast<int64_t>(nb + i));
+  }
+  for (size_t i = 0; i < nr; ++i) {
+    dims.push_back(g.type(rhs).dims[static_cast<size_t>(rhs_free[i])]);
+    rhs_order.push_back(rhs_free[i]);
+    rhs_to.push_back(static_cast<int64_t>(nb + nl + i));
+  }
+  std::vector<int64_t> contracted;
+  for (size_t i = 0; i < nc; ++i) {
+    dims.push_back(g.type(lhs).dims[static_cast<size_t>(lhs_contract[i])]);
+    lhs_order.push_back(lhs_contract[i]);
+    rhs_order.push_back(rhs_contract[i]);
+    lhs_to.push_back(static_cast<int64_t>(nb + nl + nr + i));
+    rhs_to.push_back(static_cast<int64_t>(nb + nl + nr + i));
+    contracted.push_back(static_cast<int64_t>(nb + nl + nr + i));
+  }
+  Value a = g.broadcast_in_dim(g.transpose(g.convert(lhs, dtype), lhs_order), dims, lhs_to);
+  Value b = g.broadcast_in_dim(g.transpose(g.convert(rhs, dtype), rhs_order), dims, rhs_to);
+  return g.reduce(g.binary("multiply", a, b), g.constant_int(0, dtype), contracted, Reducer::kAdd);
+}
+
+}  // namespace
+
 Value Graph::dot_general(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch, const std::vector<int64_t>& rhs_batch,
                          const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract,
                          DType result_dtype) {
+  if (result_dtype == DType::kI64 || result_dtype == DType::kU64) {
+    return wide_integer_dot(*this, lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, result_dtype);
+  }
   // Result dims: batch, lhs free, rhs free (StableHLO's fixed order).
-  auto free_dims = [](const Type& t, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < t.dims.size(); ++i) {
-      bool used = false;
-      for (int64_t d : batch) used |= d == static_cast<int64_t>(i);
-      for (int64_t d : contract) used |= d == static_cast<int64_t>(i);
-      if (!used) out.push_back(t.dims[i]);
-    }
-    return out;
-  };
   std::vector<int64_t> dims;
   for (int64_t d : lhs_batch) dims.push_back(type(lhs).dims.at(static_cast<size_t>(d)));
-  for (int64_t d : free_dims(type(lhs), lhs_batch, lhs_contract)) dims.push_back(d);
-  for (int64_t d : free_dims(type(rhs), rhs_batch, rhs_contract)) dims.push_back(d);
+  for (int64_t d : free_dim_indices(type(lhs).rank(), lhs_batch, lhs_contract)) {
+    dims.push_back(type(lhs).dims[static_cast<size_t>(d)]);
+  }
+  for (int64_t d : free_dim_indices(type(rhs).rank(), rhs_batch, rhs_contract)) {
+    dims.push_back(type(rhs).dims[static_cast<size_t>(d)]);
+  }
   // HIGHEST precision: float32 matmuls stay float32 on TPU, as torch computes them.
   return op("dot_general", {lhs, rhs}, Type{result_dtype, dims},
             "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " + bracket_list(lhs_batch) +

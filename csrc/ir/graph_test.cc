@@ -94,3 +94,32 @@ TEST_CASE("a while loop with values from outside its regions compiles and runs")
   runtime::download(*out[0], sums);
   EXPECT(sums[0] == 4 && sums[1] == 8 && sums[2] == 12);
 }
+
+TEST_CASE("a 64-bit integer dot_general is a multiply and a sum (TPUs reject s64 dots) and stays exact") {
+  // Batched: [2, 2, 3] x [2, 3, 2], with products past 2^32 so a 32-bit path would be caught.
+  Graph g;
+  Value a = g.parameter(Type{DType::kI64, {2, 2, 3}});
+  Value b = g.parameter(Type{DType::kI64, {2, 3, 2}});
+  g.set_results({g.dot_general(a, b, {0}, {0}, {2}, {1}, DType::kI64)});
+  EXPECT(!contains(g.emit(), "dot_general"));
+  auto exe = runtime::compile(g.emit(), {{DType::kI64, {2, 2, 2}}});
+  int64_t lhs[12], rhs[12];
+  for (int i = 0; i < 12; ++i) {
+    lhs[i] = (int64_t{1} << 33) + i;
+    rhs[i] = 3 - i;
+  }
+  auto in_a = runtime::upload(lhs, DType::kI64, {2, 2, 3}, 0, nullptr);
+  auto in_b = runtime::upload(rhs, DType::kI64, {2, 3, 2}, 0, nullptr);
+  auto out = exe->execute(0, {in_a.get(), in_b.get()});
+  int64_t result[8];
+  runtime::download(*out[0], result);
+  for (int batch = 0; batch < 2; ++batch) {
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 2; ++j) {
+        int64_t expected = 0;
+        for (int k = 0; k < 3; ++k) expected += lhs[batch * 6 + i * 3 + k] * rhs[batch * 6 + k * 2 + j];
+        EXPECT(result[batch * 4 + i * 2 + j] == expected);
+      }
+    }
+  }
+}

@@ -4,6 +4,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include "aot/recorder.h"
 #include "aten/generator.h"
 #include "aten/metrics.h"
 #include "aten/op_kernel.h"
@@ -100,6 +101,15 @@ PYBIND11_MODULE(_C, m) {
     return names;
   });
   m.def("_rule_names", &lowering::rule_names);
+  // torchtpu.aot: capture the programs a workload builds (op names, StableHLO text).
+  m.def("_aot_set_recording", &aot::set_recording);
+  m.def("_aot_clear_recorded", &aot::clear_recorded);
+  m.def("_aot_recorded_count", &aot::recorded_count);
+  m.def("_aot_recorded", [] {
+    py::list out;
+    for (const aot::RecordedProgram& p : aot::recorded_programs()) out.append(py::make_tuple(p.text, p.ops, p.builds));
+    return out;
+  });
   cache::set_warning_sink([](const std::string& message) { TORCH_WARN(message); });
   m.def("_disk_cache_stats", [] {
     const cache::DiskCacheStats s = cache::disk_cache_stats();

@@ -30,16 +30,18 @@ void put_bytes_field(std::string& out, int field, const std::string& bytes) {
 constexpr int kBuildDeviceOrdinal = 1;
 constexpr int kBuildNumReplicas = 4;
 constexpr int kBuildNumPartitions = 5;
+constexpr int kBuildUseSpmdPartitioning = 6;
 constexpr int kOptionsExecutableBuildOptions = 3;
 constexpr int kOptionsCompilePortableExecutable = 4;
 
 }  // namespace
 
-std::string compile_options_proto(bool portable) {
+std::string compile_options_proto(bool portable, int num_replicas, int num_partitions) {
   std::string build;
   put_varint_field(build, kBuildDeviceOrdinal, -1);  // -1: not bound to a device ordinal
-  put_varint_field(build, kBuildNumReplicas, 1);
-  put_varint_field(build, kBuildNumPartitions, 1);
+  put_varint_field(build, kBuildNumReplicas, num_replicas);
+  put_varint_field(build, kBuildNumPartitions, num_partitions);
+  if (num_partitions > 1) put_varint_field(build, kBuildUseSpmdPartitioning, 1);
   std::string options;
   put_bytes_field(options, kOptionsExecutableBuildOptions, build);
   if (portable) put_varint_field(options, kOptionsCompilePortableExecutable, 1);

@@ -6,8 +6,10 @@
 
 namespace torchtpu::runtime {
 
-// Serialized CompileOptionsProto for one replica and one partition. `portable` asks for an executable that
-// is not bound to a device, so one compile serves every device (the device is chosen at execute time).
-std::string compile_options_proto(bool portable);
+// Serialized CompileOptionsProto. `portable` asks for an executable that is not bound to a device, so one
+// compile serves every device (the device is chosen at execute time). More than one partition turns on SPMD
+// partitioning: the program's sharding annotations then split it across `num_partitions` chips (what a
+// multi-chip topology needs); replicas run the same program on `num_replicas` chips.
+std::string compile_options_proto(bool portable, int num_replicas = 1, int num_partitions = 1);
 
 }  // namespace torchtpu::runtime

@@ -1,0 +1,151 @@
+"""The workloads torchtpu.aot checks for TPU readiness: the models of the test suite (MLP, CNN, GPT, LSTM)
+and a Hugging Face Llama forward and training step built from a tiny local config (nothing downloaded).
+
+Each builder makes its model and data on ``device`` (seeded) and returns one step; the checker runs a few
+steps, so the programs of the first step (optimizer state creation) and of the steady state are all seen.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+Step = Callable[[], torch.Tensor]
+
+
+class SmallCNN(torch.nn.Module):
+    """The CNN of tests/test_models.py: conv, batch norm, max and average pools, dropout, linear."""
+
+    def __init__(self, dropout: float = 0.1):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=1, padding=1)
+        self.bn2 = torch.nn.BatchNorm2d(16)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.fc = torch.nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.avg_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(self.dropout(x.flatten(1)))
+
+
+class SmallLSTM(torch.nn.Module):
+    """The LSTM of tests/test_models.py: two layers, batch first, a linear head on the last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True)
+        self.out = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.out(self.lstm(x)[0][:, -1])
+
+
+def _train_step(model, optimizer, loss_fn, x, y, clip=None, scheduler=None) -> Step:
+    def step() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss
+
+    return step
+
+
+def make_mlp(device) -> Step:
+    """MLP 32-64-10, AdamW with a cosine schedule, cross entropy (batch 16)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)
+    x, y = torch.randn(16, 32).to(device), torch.randint(0, 10, (16,)).to(device)
+    return _train_step(model, opt, F.cross_entropy, x, y, scheduler=sched)
+
+
+def make_cnn(device) -> Step:
+    """SmallCNN on 8x3x16x16 images, SGD with momentum, cross entropy, dropout 0.1."""
+    torch.manual_seed(0)
+    model = SmallCNN().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = torch.randn(8, 3, 16, 16).to(device), torch.randint(0, 10, (8,)).to(device)
+    return _train_step(model, opt, F.cross_entropy, x, y)
+
+
+def make_gpt(device) -> Step:
+    """SmallGPT (2 layers, d 32, context 16, batch 4): causal SDPA, AdamW, clip_grad_norm_."""
+    from torchtpu.testing.models import SmallGPT
+
+    torch.manual_seed(0)
+    model = SmallGPT(dropout=0.1).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    data = torch.randint(0, 64, (4, 17)).to(device)
+
+    def loss(out, target):
+        return F.cross_entropy(out.flatten(0, 1), target.flatten())
+
+    return _train_step(model, opt, loss, data[:, :-1], data[:, 1:], clip=1.0)
+
+
+def make_lstm(device) -> Step:
+    """SmallLSTM on 8x5x8 sequences, Adam, MSE."""
+    torch.manual_seed(0)
+    model = SmallLSTM().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(8, 5, 8).to(device), torch.randn(8, 1).to(device)
+    return _train_step(model, opt, F.mse_loss, x, y)
+
+
+def _llama(device):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(device)
+    ids = torch.randint(0, 256, (2, 16)).to(device)
+    return model, ids
+
+
+def make_llama_forward(device) -> Step:
+    """Hugging Face LlamaForCausalLM (2 layers, hidden 64, GQA 4/2 heads), eval forward with labels."""
+    model, ids = _llama(device)
+    model.eval()
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            return model(input_ids=ids, labels=ids).loss
+
+    return step
+
+
+def make_llama_train(device) -> Step:
+    """The same Llama, a training step: forward with labels, backward, AdamW."""
+    model, ids = _llama(device)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+WORKLOADS: dict[str, Callable[[object], Step]] = {
+    "mlp": make_mlp,
+    "cnn": make_cnn,
+    "gpt": make_gpt,
+    "lstm": make_lstm,
+    "llama_forward": make_llama_forward,
+    "llama_train": make_llama_train,
+}
