@@ -51,6 +51,7 @@ setup(
     ext_modules=[Extension("torchtpu._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     install_requires=runtime_requirements(),
+    entry_points={"console_scripts": ["torchtpu = torchtpu.__main__:main"]},  # `torchtpu demo`
     extras_require={"hf": runtime_requirements(HF_PACKAGES), "tpu": runtime_requirements(TPU_PACKAGES)},
     python_requires=">=3.10",
 )
