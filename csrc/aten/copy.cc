@@ -60,11 +60,11 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/
     c10::DeviceGuard guard(self.device());
     at::Tensor dense = src.to(self.scalar_type()).expand(self.sizes()).contiguous();
     if (covers_own_storage(self)) {
-      storage_handle(self).buffer = upload_contiguous(dense, self.device().index());
+      storage_handle(self).set_buffer(upload_contiguous(dense, self.device().index()));
       return self;
     }
     at::Tensor staged = at::empty(self.sizes(), self.options());
-    storage_handle(staged).buffer = upload_contiguous(dense.reshape({-1}), self.device().index());
+    storage_handle(staged).set_buffer(upload_contiguous(dense.reshape({-1}), self.device().index()));
     copy_on_device(self, staged);
     return self;
   }

@@ -5,6 +5,7 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <cstdlib>
@@ -151,6 +152,11 @@ class ProgramBuilder {
     return parameter;
   }
   size_t last_parameter() const { return parameters_.size() - 1; }
+  std::vector<ir::Type> parameter_types() const {
+    std::vector<ir::Type> types;
+    for (ir::Value p : parameters_) types.push_back(graph_.type(p));
+    return types;
+  }
 
   // A tensor argument (or list element) as a value: a 0-dim CPU tensor is a scalar operand; a device
   // tensor is its whole storage read through its view, with a nonzero storage offset as an operand.
@@ -445,6 +451,10 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   std::vector<int64_t> aliased;
   for (const auto& donation : signature->donations) aliased.push_back(static_cast<int64_t>(donation.first));
   signature->executable = cache::load_or_compile(text, std::move(result_types), std::move(aliased));
+  static std::atomic<uint64_t> next_id{1};
+  signature->id = next_id++;
+  signature->text = text;
+  signature->param_types = builder.parameter_types();
   return signature;
 }
 

@@ -17,6 +17,7 @@
 #include "aten/op_info.h"
 #include "aten/op_key.h"
 #include "aten/fallback.h"
+#include "aten/fused.h"
 #include "aten/scalar_operands.h"
 #include "aten/storage.h"
 #include "aten/storage_ops.h"
@@ -122,11 +123,47 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
   return nullptr;
 }
 
-// A fresh tensor on the current tpu device owning `buffer`; allocated directly, without a dispatch.
-at::Tensor new_tensor(const OutputBinding& binding, runtime::BufferPtr buffer) {
-  at::Tensor t = empty_memory_format(binding.sizes, binding.dtype, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
-  storage_handle(t).buffer = std::move(buffer);
-  return t;
+// A fresh tensor on the current tpu device, without a dispatch; its storage is bound by the caller.
+at::Tensor new_tensor(const OutputBinding& binding) {
+  return empty_memory_format(binding.sizes, binding.dtype, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+}
+
+// Replaces the call's arguments on the stack with the schema's returns: functional results are new
+// tensors whose storages `bind(tensor storage, program output index)` fills; a return that aliases a
+// mutated argument is that argument.
+template <class Bind>
+void push_returns(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& stack, size_t first,
+                  const Bind& bind) {
+  c10::SmallVector<c10::IValue, 4> returned;
+  size_t next_output = 0;  // program output index; undefined results have none
+  auto functional_result = [&](size_t binding_index) {
+    const OutputBinding& binding = signature.functional.at(binding_index);
+    if (!binding.defined) return at::Tensor();
+    at::Tensor t = new_tensor(binding);
+    bind(binding, t.storage(), next_output++);
+    return t;
+  };
+  for (const ReturnPlan& r : signature.returns) {
+    switch (r.kind) {
+      case ReturnPlan::Kind::kAlias:
+        returned.emplace_back(stack[first + info.mutated.at(r.index)]);
+        break;
+      case ReturnPlan::Kind::kTensor:
+        returned.emplace_back(functional_result(r.index));
+        break;
+      case ReturnPlan::Kind::kInt:
+        returned.emplace_back(r.value);
+        break;
+      case ReturnPlan::Kind::kTensorList: {
+        c10::List<at::Tensor> list;
+        for (size_t k = 0; k < r.count; ++k) list.push_back(functional_result(r.index + k));
+        returned.emplace_back(std::move(list));
+        break;
+      }
+    }
+  }
+  torch::jit::drop(stack, stack.size() - first);
+  for (c10::IValue& v : returned) stack.push_back(std::move(v));
 }
 
 void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& stack, size_t first,
@@ -154,37 +191,37 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
 
   for (size_t w = 0; w < signature.writes.size(); ++w) {
     const OutputBinding& write = signature.writes[w];
-    storage_handle(tensors.get(write.arg, write.element)).buffer = std::move(outputs[signature.first_write + w]);
+    storage_handle(tensors.get(write.arg, write.element)).set_buffer(std::move(outputs[signature.first_write + w]));
   }
-  // Returns: functional results (a tensor or a list of them), or the mutated argument a return aliases.
-  c10::SmallVector<c10::IValue, 4> returned;
-  size_t next_output = 0;  // program output index; undefined results have none
-  auto functional_result = [&](size_t binding_index) {
-    const OutputBinding& binding = signature.functional.at(binding_index);
-    if (!binding.defined) return at::Tensor();
-    return new_tensor(binding, std::move(outputs[next_output++]));
-  };
-  for (const ReturnPlan& r : signature.returns) {
-    switch (r.kind) {
-      case ReturnPlan::Kind::kAlias:
-        returned.emplace_back(stack[first + info.mutated.at(r.index)]);
-        break;
-      case ReturnPlan::Kind::kTensor:
-        returned.emplace_back(functional_result(r.index));
-        break;
-      case ReturnPlan::Kind::kInt:
-        returned.emplace_back(r.value);
-        break;
-      case ReturnPlan::Kind::kTensorList: {
-        c10::List<at::Tensor> list;
-        for (size_t k = 0; k < r.count; ++k) list.push_back(functional_result(r.index + k));
-        returned.emplace_back(std::move(list));
-        break;
-      }
+  push_returns(info, signature, stack, first, [&](const OutputBinding&, const c10::Storage& storage, size_t output) {
+    storage_handle(storage).set_buffer(std::move(outputs[output]));
+  });
+}
+
+// Fused mode: the call joins the trace instead of running; its results are pending values.
+void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, torch::jit::Stack& stack,
+            size_t first, c10::DeviceIndex device) {
+  TraceRecording trace(device);
+  CallTensors tensors(stack, first);
+  std::vector<TraceSource> sources;
+  sources.reserve(signature->params.size());
+  for (const ParamSource& source : signature->params) {
+    if (source.kind == ParamSource::Kind::kStorage || source.kind == ParamSource::Kind::kWriteBase) {
+      sources.push_back(trace.storage(tensors.get(source.arg, source.element)));
+    } else {
+      sources.push_back(trace.external(param_buffer(source, stack, first, tensors, device, signature->rng_draws)));
     }
   }
-  torch::jit::drop(stack, stack.size() - first);
-  for (c10::IValue& v : returned) stack.push_back(std::move(v));
+  const int op = trace.add_op(signature, std::move(sources));
+  info.counters->executions++;
+  for (size_t w = 0; w < signature->writes.size(); ++w) {
+    const OutputBinding& write = signature->writes[w];
+    trace.bind(op, static_cast<int>(signature->first_write + w), tensors.get(write.arg, write.element).storage(),
+               write.buffer_dtype, write.buffer_dims);
+  }
+  push_returns(info, *signature, stack, first, [&](const OutputBinding& binding, const c10::Storage& storage, size_t output) {
+    trace.bind(op, static_cast<int>(output), storage, binding.buffer_dtype, binding.buffer_dims);
+  });
 }
 
 // Index tensors in Tensor?[] / Tensor[] arguments may live on the CPU, as with CUDA: copy them over.
@@ -290,7 +327,11 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (info.static_scalars.load() == static_scalars) program_cache().insert(key, signature);
     }
     const bool check_errors = info.check_errors_arg >= 0 && (*stack)[first + info.check_errors_arg].toBool();
-    run(info, *signature, *stack, first, device);
+    if (eager::mode() == eager::Mode::kFused && !check_errors) {
+      record(info, signature, *stack, first, device);
+    } else {
+      run(info, *signature, *stack, first, device);
+    }
     // What the CPU kernels do with check_errors=True: raise PyTorch's error for the first failed matrix.
     if (check_errors) {
       const at::Tensor& info_tensor = stack->back().toTensor();

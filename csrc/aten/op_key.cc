@@ -53,7 +53,11 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   for (size_t d = 0; d < strides.size(); ++d) key.add(sizes[d] == 1 ? int64_t{0} : strides[d]);
   // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
   // covers it follows from the words above and below. The buffer's dims are the program parameter's.
-  if (const runtime::BufferPtr& buffer = storage_handle(t).buffer) {
+  const StorageHandle& handle = storage_handle(t);
+  if (handle.pending) {  // fused mode: the dims its buffer will have, so one program serves both
+    key.add(static_cast<int64_t>(handle.pending->dtype));
+    key.add_list(handle.pending->dims.data(), handle.pending->dims.size());
+  } else if (const runtime::BufferPtr& buffer = handle.buffer) {
     key.add(static_cast<int64_t>(buffer->dtype()));
     key.add_list(buffer->dims().data(), buffer->dims().size());
   } else {

@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/graph.h"
 #include "runtime/executable.h"
 
 namespace torchtpu::aten {
@@ -54,6 +56,11 @@ struct ReturnPlan {
 
 struct OpSignature {
   std::unique_ptr<runtime::Executable> executable;
+  // For fused mode, which calls this program from a larger one: its StableHLO module, its parameter
+  // types, and an id unique in the process (a trace key names its ops by it).
+  std::string text;
+  std::vector<ir::Type> param_types;
+  uint64_t id = 0;
   std::vector<ParamSource> params;
   std::vector<OutputBinding> functional;  // in return order (lists flattened)
   std::vector<OutputBinding> writes;      // one per mutated tensor (or list element) present, in argument order

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "aten/fused.h"
 #include "aten/metrics.h"
 #include "lowering/view.h"
 
@@ -18,7 +19,7 @@ class TpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
-    auto* handle = new StorageHandle{nullptr, device};
+    auto* handle = new StorageHandle{nullptr, device, std::nullopt};
     // Synthetic, never dereferenced; each storage gets its own address range so data_ptr() of views of
     // different storages never collide.
     constexpr uintptr_t kAlignment = 256;
@@ -51,6 +52,7 @@ StorageHandle& storage_handle(const c10::Storage& storage) {
 
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
+  if (handle.pending) return {handle.pending->dtype, c10::multiply_integers(handle.pending->dims)};
   if (handle.buffer) return {handle.buffer->dtype(), handle.buffer->numel()};
   const size_t nbytes = tensor.storage().nbytes();
   const DType dtype = to_dtype(tensor.scalar_type());
@@ -60,12 +62,17 @@ std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
 
 std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
+  if (handle.pending) return handle.pending->dims;
   if (handle.buffer) return handle.buffer->dims();
   return {storage_layout(tensor).second};
 }
 
 const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor) {
   StorageHandle& handle = storage_handle(tensor);
+  if (handle.pending) {
+    flush_trace("buffer needed");
+    TORCH_CHECK(!handle.pending, "the value of this tpu tensor was lost: the fused program computing it failed");
+  }
   if (!handle.buffer) {
     const auto [dtype, numel] = storage_layout(tensor);
     at::Tensor zeros = at::zeros({numel}, at::TensorOptions().dtype(to_scalar_type(dtype)));

@@ -7,21 +7,41 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 
+#include <optional>
+#include <vector>
+
 #include "ir/dtype.h"
 #include "runtime/buffer.h"
 
 namespace torchtpu::aten {
 
+// In fused eager mode a storage may hold a value of the recorded trace instead of a buffer: result `output`
+// of recorded op `op` in trace `trace`, with the dtype and dims its buffer will have (aten/fused.h).
+struct PendingValue {
+  uint64_t trace = 0;
+  int op = -1;
+  int output = -1;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> dims;
+};
+
 struct StorageHandle {
   runtime::BufferPtr buffer;  // null until first written: reads see zeros
   int device = 0;
+  std::optional<PendingValue> pending;  // fused mode: the storage's value is not computed yet
+  // A new buffer (an upload, a program result): the storage holds it now, not a pending value.
+  void set_buffer(runtime::BufferPtr b) {
+    buffer = std::move(b);
+    pending.reset();
+  }
 };
 
 c10::Allocator* tpu_allocator();
 StorageHandle& storage_handle(const c10::Storage& storage);
 inline StorageHandle& storage_handle(const at::Tensor& tensor) { return storage_handle(tensor.storage()); }
 
-// The storage's buffer; a storage never written gets a zero buffer of `dtype` first.
+// The storage's buffer; a storage never written gets a zero buffer of `dtype` first. A pending value
+// (fused mode) is computed first: the trace runs.
 const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor);
 // Element type and element count of the storage's buffer as it would be read (see storage_buffer).
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);

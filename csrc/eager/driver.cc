@@ -1,17 +1,41 @@
 #include "eager/driver.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 namespace torchtpu::eager {
 
-Mode mode() {
-  static const Mode chosen = [] {
-    const char* env = std::getenv("TORCHTPU_SYNC");
-    return env != nullptr && std::strcmp(env, "1") == 0 ? Mode::kDebug : Mode::kStrict;
+Mode parse_mode(const std::string& name) {
+  if (name == "debug") return Mode::kDebug;
+  if (name == "strict") return Mode::kStrict;
+  if (name == "fused") return Mode::kFused;
+  throw std::invalid_argument("unknown eager mode '" + name + "': expected 'debug', 'strict' or 'fused'");
+}
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kDebug: return "debug";
+    case Mode::kFused: return "fused";
+    case Mode::kStrict: break;
+  }
+  return "strict";
+}
+
+namespace {
+std::atomic<Mode>& current_mode() {
+  static std::atomic<Mode> chosen = [] {
+    if (const char* env = std::getenv("TORCHTPU_EAGER_MODE"); env != nullptr && *env != '\0') return parse_mode(env);
+    const char* sync = std::getenv("TORCHTPU_SYNC");
+    return sync != nullptr && std::strcmp(sync, "1") == 0 ? Mode::kDebug : Mode::kStrict;
   }();
   return chosen;
 }
+}  // namespace
+
+Mode mode() { return current_mode().load(std::memory_order_relaxed); }
+void set_mode(Mode mode) { current_mode().store(mode); }
 
 std::vector<runtime::BufferPtr> execute(const runtime::Executable& executable, int device,
                                         const std::vector<const runtime::Buffer*>& arguments,

@@ -1,9 +1,13 @@
 // Drivers decide when a program runs and whether the caller waits; nothing else.
 //
 // strict (default): each op's program is enqueued at once and runs asynchronously.
-// debug (TORCHTPU_SYNC=1): each op waits for its results, so an error points at the op that caused it.
+// debug: each op waits for its results, so an error points at the op that caused it.
+// fused: ops are recorded and run as one program at the next sync point (aten/fused.h).
+// TORCHTPU_EAGER_MODE=debug|strict|fused picks the mode at start (TORCHTPU_SYNC=1 means debug);
+// torchtpu.eager_mode() changes it at run time.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "runtime/buffer.h"
@@ -11,8 +15,12 @@
 
 namespace torchtpu::eager {
 
-enum class Mode { kStrict, kDebug };
+enum class Mode { kStrict, kDebug, kFused };
 Mode mode();
+void set_mode(Mode mode);
+// "debug", "strict" or "fused"; throws std::invalid_argument for anything else.
+Mode parse_mode(const std::string& name);
+const char* mode_name(Mode mode);
 // Runs one op program now (see runtime::Executable::execute for `kept`); in debug mode waits for it, so an
 // execution error surfaces at the op that caused it.
 std::vector<runtime::BufferPtr> execute(const runtime::Executable& executable, int device,

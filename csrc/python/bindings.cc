@@ -5,11 +5,13 @@
 #include <torch/extension.h>
 
 #include "aot/recorder.h"
+#include "aten/fused.h"
 #include "aten/generator.h"
 #include "aten/metrics.h"
 #include "aten/op_kernel.h"
 #include "aten/registrations.h"
 #include "cache/disk_cache.h"
+#include "eager/driver.h"
 #include "lowering/rule.h"
 #include "runtime/buffer.h"
 #include "runtime/plugin.h"
@@ -49,10 +51,19 @@ py::dict metrics() {
   program_cache["programs"] = cache.programs;
   program_cache["evictions"] = cache.evictions;
   program_cache["capacity"] = cache.capacity;
+  const aten::FusedStats fused_stats = aten::fused_stats();
+  py::dict fused;
+  fused["ops_recorded"] = fused_stats.ops_recorded;
+  fused["programs_run"] = fused_stats.programs_run;
+  fused["compiles"] = fused_stats.compiles;
+  py::dict flushes;
+  for (const auto& [reason, n] : fused_stats.flushes) flushes[py::str(reason)] = n;
+  fused["flushes"] = flushes;
   py::dict out;
   out["ops"] = ops;
   out["transfers"] = transfers;
   out["program_cache"] = program_cache;
+  out["fused"] = fused;
   return out;
 }
 
@@ -82,7 +93,20 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_synchronize", [](int device) {
     py::gil_scoped_release no_gil;
-    translate([device] { runtime::synchronize(device); });
+    translate([device] {
+      aten::flush_trace("synchronize");
+      runtime::synchronize(device);
+    });
+  });
+  m.def("_eager_mode", [] { return std::string(eager::mode_name(eager::mode())); });
+  m.def("_set_eager_mode", [](const std::string& name) {
+    const eager::Mode mode = translate([&] { return eager::parse_mode(name); });
+    aten::flush_trace("mode change");
+    eager::set_mode(mode);
+  });
+  m.def("_flush", [](const std::string& reason) {
+    py::gil_scoped_release no_gil;
+    translate([&reason] { aten::flush_trace(reason.c_str()); });
   });
   m.def("_memory_stats", [](int device) {
     const runtime::MemoryStats stats = runtime::memory_stats(device);
@@ -94,7 +118,10 @@ PYBIND11_MODULE(_C, m) {
         THPGenerator_initDefaultGenerator(aten::default_generator(static_cast<c10::DeviceIndex>(device))));
   });
   m.def("_metrics", &metrics);
-  m.def("_reset_metrics", &aten::reset_metrics);
+  m.def("_reset_metrics", [] {
+    aten::reset_metrics();
+    aten::reset_fused_stats();
+  });
   m.def("_lowered_ops", [] {
     std::vector<std::string> names;
     for (const char* op : aten::lowered_ops()) names.emplace_back(op);

@@ -19,9 +19,10 @@ _printing.install()
 _accelerate.install()  # accelerate (Trainer) places batches on tpu
 
 from torchtpu import cache  # noqa: E402,F401
+from torchtpu.eager import current_eager_mode, eager_mode  # noqa: E402
 from torchtpu.metrics import metrics, reset_metrics  # noqa: E402
 
-__all__ = ["metrics", "reset_metrics", "plugin_info"]
+__all__ = ["metrics", "reset_metrics", "plugin_info", "eager_mode", "current_eager_mode"]
 
 
 def plugin_info() -> dict:

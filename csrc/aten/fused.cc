@@ -1,0 +1,282 @@
+#include "aten/fused.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <atomic>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "aot/recorder.h"
+#include "cache/disk_cache.h"
+#include "cache/program_cache.h"
+#include "eager/driver.h"
+
+namespace torchtpu::aten {
+namespace {
+
+// A recorded op's results are bound to storages; only those still holding the value at flush time are
+// program results.
+struct Binding {
+  int op;
+  int output;
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+};
+
+struct TraceOp {
+  std::shared_ptr<OpSignature> signature;
+  std::vector<TraceSource> sources;
+};
+
+struct Trace {
+  uint64_t id = 0;
+  int device = -1;
+  std::vector<TraceOp> ops;
+  std::vector<runtime::BufferPtr> externals;
+  std::unordered_map<const runtime::Buffer*, int> external_index;
+  std::vector<Binding> bindings;
+  // The external that was a storage's buffer when the trace first read it: a live result for that storage
+  // may take the buffer over (donation), as an in-place update does in strict mode.
+  std::unordered_map<const c10::StorageImpl*, int> original_external;
+  cache::ProgramKey key;  // op ids and wiring, as recorded
+};
+
+struct FusedProgram {
+  std::unique_ptr<runtime::Executable> executable;
+  std::vector<int64_t> aliased_externals;  // externals the program may donate to a result
+};
+
+// More ops than this in one trace flush it: compile time grows with the program.
+constexpr size_t kMaxTraceOps = 2000;
+
+std::recursive_mutex& trace_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+// Leaked on purpose: buffers and programs must not be destroyed after the plugin at exit.
+Trace& current() {
+  static Trace* trace = new Trace;
+  return *trace;
+}
+
+uint64_t next_trace_id() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
+}
+
+cache::ProgramCache<FusedProgram>& fused_programs() {
+  static auto* programs = new cache::ProgramCache<FusedProgram>(cache::max_programs());
+  return *programs;
+}
+
+struct Counters {
+  std::atomic<int64_t> ops_recorded{0}, programs_run{0}, compiles{0};
+  std::mutex flush_mutex;
+  std::map<std::string, int64_t> flushes;
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+// The op program's module as a private function named `name`: the module wrapper goes, @main is renamed,
+// and argument attributes (input/output aliasing, which only @main may carry) are dropped.
+std::string as_function(const std::string& module, const std::string& name) {
+  const size_t begin = module.find("func.func public @main(");
+  const size_t end = module.rfind('}', module.rfind('}') - 1);  // the function's closing brace
+  TORCH_INTERNAL_ASSERT(begin != std::string::npos && end != std::string::npos, "unexpected op program text");
+  std::string f = module.substr(begin, end - begin + 1);
+  f.replace(0, std::string("func.func public @main(").size(), "func.func private @" + name + "(");
+  for (size_t at; (at = f.find(" {tf.aliasing_output")) != std::string::npos;) f.erase(at, f.find('}', at) - at + 1);
+  return f;
+}
+
+std::string type_list(const std::vector<std::string>& types) {
+  std::string s = "(";
+  for (size_t i = 0; i < types.size(); ++i) s += (i ? ", " : "") + types[i];
+  return s + ")";
+}
+
+std::string array_type(const runtime::ArrayType& t) { return ir::to_mlir(ir::Type{t.dtype, t.dims}); }
+
+// One module: every distinct op program as a function, and @main calling them in recorded order.
+std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
+                    const std::vector<std::pair<int, int>>& donations, std::vector<runtime::ArrayType>& result_types) {
+  std::ostringstream module;
+  module << "module @torchtpu_fused {\n";
+  std::unordered_map<uint64_t, std::string> function_of;  // op program id -> function name
+  for (const TraceOp& op : trace.ops) {
+    auto [it, added] = function_of.emplace(op.signature->id, "op" + std::to_string(function_of.size()));
+    if (added) module << "  " << as_function(op.signature->text, it->second) << "\n";
+  }
+  // External types come from the first parameter each feeds.
+  std::vector<std::string> external_types(trace.externals.size());
+  for (const TraceOp& op : trace.ops) {
+    for (size_t p = 0; p < op.sources.size(); ++p) {
+      if (op.sources[p].op < 0) external_types[op.sources[p].index] = ir::to_mlir(op.signature->param_types[p]);
+    }
+  }
+  auto value = [&](const TraceSource& s) {
+    if (s.op < 0) return "%e" + std::to_string(s.index);
+    return "%r" + std::to_string(s.op) + "#" + std::to_string(s.index);
+  };
+  for (const Binding* b : live) result_types.push_back(trace.ops[b->op].signature->executable->output_types()[b->output]);
+  std::vector<std::string> result_text;
+  for (const runtime::ArrayType& t : result_types) result_text.push_back(array_type(t));
+  module << "  func.func public @main(";
+  for (size_t e = 0; e < external_types.size(); ++e) {
+    module << (e ? ", " : "") << "%e" << e << ": " << external_types[e];
+    for (const auto& [external, result] : donations) {
+      if (external == static_cast<int>(e)) module << " {tf.aliasing_output = " << result << " : i32}";
+    }
+  }
+  module << ") -> " << type_list(result_text) << " {\n";
+  for (size_t k = 0; k < trace.ops.size(); ++k) {
+    const TraceOp& op = trace.ops[k];
+    std::vector<std::string> in, out;
+    for (const ir::Type& t : op.signature->param_types) in.push_back(ir::to_mlir(t));
+    for (const runtime::ArrayType& t : op.signature->executable->output_types()) out.push_back(array_type(t));
+    module << "    %r" << k << ":" << out.size() << " = \"func.call\"(";
+    for (size_t p = 0; p < op.sources.size(); ++p) module << (p ? ", " : "") << value(op.sources[p]);
+    module << ") {callee = @" << function_of[op.signature->id] << "} : " << type_list(in) << " -> " << type_list(out)
+           << "\n";
+  }
+  module << "    \"func.return\"(";
+  for (size_t i = 0; i < live.size(); ++i) module << (i ? ", " : "") << value({live[i]->op, live[i]->output});
+  module << ") : " << type_list(result_text) << " -> ()\n  }\n}\n";
+  return module.str();
+}
+
+void count_flush(const char* reason) {
+  std::lock_guard<std::mutex> lock(counters().flush_mutex);
+  counters().flushes[reason]++;
+}
+
+}  // namespace
+
+TraceRecording::TraceRecording(int device) : lock_(trace_mutex()) {
+  Trace& t = current();
+  if (!t.ops.empty() && (t.device != device || t.ops.size() >= kMaxTraceOps)) {
+    flush_trace(t.device != device ? "device change" : "graph size limit");
+  }
+  if (t.id == 0) t.id = next_trace_id();
+  t.device = device;
+}
+
+TraceRecording::~TraceRecording() = default;
+
+TraceSource TraceRecording::storage(const at::Tensor& tensor) {
+  const StorageHandle& handle = storage_handle(tensor);
+  if (handle.pending && handle.pending->trace == current().id) return {handle.pending->op, handle.pending->output};
+  const TraceSource source = external(storage_buffer(tensor));
+  current().original_external.emplace(tensor.storage().unsafeGetStorageImpl(), source.index);
+  return source;
+}
+
+TraceSource TraceRecording::external(runtime::BufferPtr buffer) {
+  Trace& t = current();
+  auto [it, added] = t.external_index.emplace(buffer.get(), static_cast<int>(t.externals.size()));
+  if (added) t.externals.push_back(std::move(buffer));
+  return {-1, it->second};
+}
+
+int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, std::vector<TraceSource> sources) {
+  Trace& t = current();
+  t.key.add(static_cast<int64_t>(signature->id));
+  for (const TraceSource& s : sources) {
+    t.key.add(s.op);
+    t.key.add(s.index);
+  }
+  t.ops.push_back({std::move(signature), std::move(sources)});
+  counters().ops_recorded++;
+  return static_cast<int>(t.ops.size()) - 1;
+}
+
+void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims) {
+  Trace& t = current();
+  StorageHandle& handle = storage_handle(storage);
+  handle.buffer.reset();
+  handle.pending = PendingValue{t.id, op, output, dtype, dims};
+  t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl())});
+}
+
+void flush_trace(const char* reason) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  Trace& t = current();
+  if (t.ops.empty()) return;
+  Trace trace = std::move(t);
+  t = Trace{};
+  count_flush(reason);
+
+  // Results still needed: storages alive and still holding the value this trace gives them.
+  std::vector<const Binding*> live;
+  std::vector<c10::intrusive_ptr<c10::StorageImpl>> storages;
+  cache::ProgramKey key = trace.key;
+  key.add(-1);
+  for (const Binding& b : trace.bindings) {
+    c10::intrusive_ptr<c10::StorageImpl> storage = b.storage.lock();
+    if (!storage) continue;
+    const StorageHandle& handle = storage_handle(c10::Storage(storage));
+    if (!handle.pending || handle.pending->trace != trace.id || handle.pending->op != b.op ||
+        handle.pending->output != b.output) {
+      continue;
+    }
+    live.push_back(&b);
+    storages.push_back(std::move(storage));
+    key.add(b.op);
+    key.add(b.output);
+  }
+  std::shared_ptr<FusedProgram> program = fused_programs().find(key);
+  if (!program) {
+    // A live result may take over the buffer its storage had before the trace, when the types agree.
+    std::vector<std::pair<int, int>> donations;
+    for (size_t i = 0; i < live.size(); ++i) {
+      auto it = trace.original_external.find(storages[i].get());
+      if (it == trace.original_external.end()) continue;
+      const runtime::ArrayType& result = trace.ops[live[i]->op].signature->executable->output_types()[live[i]->output];
+      const runtime::Buffer& original = *trace.externals[it->second];
+      if (original.dtype() == result.dtype && original.dims() == result.dims) donations.emplace_back(it->second, i);
+    }
+    std::vector<runtime::ArrayType> result_types;
+    const std::string text = compose(trace, live, donations, result_types);
+    aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text);
+    program = std::make_shared<FusedProgram>();
+    for (const auto& donation : donations) program->aliased_externals.push_back(donation.first);
+    program->executable = cache::load_or_compile(text, std::move(result_types), program->aliased_externals);
+    fused_programs().insert(key, program);
+    counters().compiles++;
+  }
+  std::vector<const runtime::Buffer*> raw;
+  raw.reserve(trace.externals.size());
+  for (const runtime::BufferPtr& b : trace.externals) raw.push_back(b.get());
+  // Donated only where the trace holds the last reference (as in strict mode's in-place updates).
+  std::vector<int64_t> kept;
+  for (int64_t e : program->aliased_externals) {
+    if (trace.externals[static_cast<size_t>(e)].use_count() != 1) kept.push_back(e);
+  }
+  std::vector<runtime::BufferPtr> outputs = eager::execute(*program->executable, trace.device, raw, kept);
+  counters().programs_run++;
+  for (size_t i = 0; i < live.size(); ++i) storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
+}
+
+FusedStats fused_stats() {
+  FusedStats s;
+  s.ops_recorded = counters().ops_recorded;
+  s.programs_run = counters().programs_run;
+  s.compiles = counters().compiles;
+  std::lock_guard<std::mutex> lock(counters().flush_mutex);
+  for (const auto& [reason, n] : counters().flushes) s.flushes.emplace_back(reason, n);
+  return s;
+}
+
+void reset_fused_stats() {
+  counters().ops_recorded = 0;
+  counters().programs_run = 0;
+  counters().compiles = 0;
+  std::lock_guard<std::mutex> lock(counters().flush_mutex);
+  counters().flushes.clear();
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,54 @@
+"""Eager execution modes (docs/modes.md).
+
+- ``"debug"``: each op runs and waits, so an error surfaces at the Python line that caused it.
+- ``"strict"`` (default): each op's program is enqueued at once and runs asynchronously.
+- ``"fused"``: ops are recorded and run as one program when a value is needed (``.item()``, ``.cpu()``,
+  printing, a fallback op, ``torch.tpu.synchronize()``), after every optimizer step, or when the recorded
+  graph reaches its size limit. ``torchtpu.metrics()["fused"]`` counts the flushes by reason.
+
+``TORCHTPU_EAGER_MODE=debug|strict|fused`` picks the mode at start.
+"""
+from __future__ import annotations
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from torchtpu import _C
+
+MODES = ("debug", "strict", "fused")
+
+
+class eager_mode:
+    """Switches the eager mode: ``torchtpu.eager_mode("fused")`` for the rest of the process, or
+    ``with torchtpu.eager_mode("fused"):`` for a block (the previous mode returns on exit). Switching
+    runs whatever fused mode has recorded so far."""
+
+    def __init__(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown eager mode {mode!r}: expected one of {', '.join(MODES)}")
+        self._previous = _C._eager_mode()
+        _C._set_eager_mode(mode)
+
+    def __enter__(self) -> "eager_mode":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _C._set_eager_mode(self._previous)
+
+
+def current_eager_mode() -> str:
+    return _C._eager_mode()
+
+
+def flush() -> None:
+    """Runs what fused mode has recorded (a no-op in the other modes)."""
+    _C._flush("explicit")
+
+
+def _after_optimizer_step(optimizer, args, kwargs) -> None:
+    # A training step ends here: one fused program per step, the same one every step.
+    if _C._eager_mode() == "fused":
+        _C._flush("optimizer step")
+
+
+register_optimizer_step_post_hook(_after_optimizer_step)

@@ -1,0 +1,140 @@
+"""Fused eager mode: ops are recorded and run as one program at sync points. Results equal strict mode's
+and CPU's; a repeated training step runs one cached program per step with nothing compiled after
+warm-up; every flush is counted with its reason."""
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torchtpu
+from torchtpu.metrics import fallback_ops
+
+
+def fused():
+    return torchtpu.metrics()["fused"]
+
+
+def test_mode_switches_and_restores():
+    assert torchtpu.current_eager_mode() == "strict"
+    with torchtpu.eager_mode("fused"):
+        assert torchtpu.current_eager_mode() == "fused"
+        with torchtpu.eager_mode("debug"):
+            assert torchtpu.current_eager_mode() == "debug"
+        assert torchtpu.current_eager_mode() == "fused"
+    assert torchtpu.current_eager_mode() == "strict"
+    with pytest.raises(ValueError, match="unknown eager mode"):
+        torchtpu.eager_mode("lazy")
+
+
+def test_ops_views_and_in_place_writes_match_cpu(metrics):
+    a_cpu = torch.arange(12.0).reshape(3, 4)
+    with torchtpu.eager_mode("fused"):
+        a = a_cpu.to("tpu")
+        x = a * 2 + 1
+        y = x[1:3]
+        y.mul_(-1)
+        z = torch.softmax(x, dim=1).sum(0)
+        w = a.clone()
+        w[:, 0] = 7.0
+        assert fused()["ops_recorded"] > 0 and fused()["programs_run"] == 0  # nothing ran yet
+        results = [t.cpu() for t in (x, y, z, w)]
+    x_cpu = a_cpu * 2 + 1
+    x_cpu[1:3].mul_(-1)
+    w_cpu = a_cpu.clone()
+    w_cpu[:, 0] = 7.0
+    expected = [x_cpu, x_cpu[1:3], torch.softmax(x_cpu, dim=1).sum(0), w_cpu]
+    for got, want in zip(results, expected):
+        assert_close(got, want)
+    assert fused()["flushes"].get("buffer needed", 0) >= 1
+    assert fallback_ops() == {}
+
+
+def test_printing_item_and_synchronize_flush(metrics):
+    with torchtpu.eager_mode("fused"):
+        x = torch.ones(3, device="tpu") * 4
+        assert "4." in str(x)
+        assert (x.sum() + 1).item() == 13.0
+        y = x - 1
+        torch.tpu.synchronize()
+        assert fused()["flushes"].get("synchronize", 0) == 1
+        assert y.cpu().tolist() == [3.0, 3.0, 3.0]
+
+
+def train(mode, steps):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Dropout(0.1),
+                                torch.nn.Linear(32, 4)).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    x, y = torch.randn(16, 8).to("tpu"), torch.randint(0, 4, (16,)).to("tpu")
+    losses, per_step = [], []
+    torch.tpu.manual_seed(1)
+    with torchtpu.eager_mode(mode):
+        for _ in range(steps):
+            before = (fused()["compiles"], fused()["programs_run"],
+                      sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()))
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.detach())
+            after = (fused()["compiles"], fused()["programs_run"],
+                     sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()))
+            per_step.append(tuple(b - a for a, b in zip(before, after)))
+    return [l.item() for l in losses], [p.detach().cpu() for p in model.parameters()], per_step
+
+
+def test_a_training_loop_matches_strict_and_reaches_one_program_per_step(metrics):
+    strict_losses, strict_params, _ = train("strict", 6)
+    fused_losses, fused_params, per_step = train("fused", 6)
+    assert_close(torch.tensor(fused_losses), torch.tensor(strict_losses), rtol=1e-5, atol=1e-6)
+    for f, s in zip(fused_params, strict_params):
+        assert_close(f, s, rtol=1e-5, atol=1e-6)
+    # After warm-up: one fused program per step (flushed by the optimizer step), none compiled.
+    for fused_compiles, programs_run, op_compiles in per_step[2:]:
+        assert (fused_compiles, programs_run, op_compiles) == (0, 1, 0), per_step
+    assert fused()["flushes"].get("optimizer step", 0) >= 6
+
+
+def test_peak_memory_does_not_hold_dead_intermediates():
+    # A chain of temporaries: only the last value is live at the flush, so only it is a program result.
+    with torchtpu.eager_mode("fused"):
+        x = torch.ones(256, 256, device="tpu")
+        for _ in range(20):
+            x = x * 1.01 + 0.5
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
+        torch.tpu.synchronize()
+        grown = torch.tpu.max_memory_allocated() - base
+    assert grown <= 2 * 256 * 256 * 4  # the result (and at most one more buffer), not 20 of them
+    expected = torch.ones(256, 256)
+    for _ in range(20):
+        expected = expected * 1.01 + 0.5
+    assert_close(x.cpu(), expected)
+
+
+def test_in_place_updates_donate_their_buffer_in_fused_mode(metrics):
+    x = torch.zeros(1 << 20, device="tpu")  # 4 MiB
+    torch.tpu.synchronize()
+    live = torch.tpu.memory_allocated()
+    torch.tpu.reset_peak_memory_stats()
+    with torchtpu.eager_mode("fused"):
+        for _ in range(5):
+            x.add_(1.0)
+            x.mul_(2.0)
+        torch.tpu.synchronize()
+    # One program updates x; its old buffer becomes the result, so no second 4 MiB is ever live.
+    assert torch.tpu.max_memory_allocated() - live < (1 << 20)
+    assert fused()["programs_run"] == 1
+    assert_close(x[:3].cpu(), torch.full((3,), 62.0))
+
+
+def test_a_fused_program_that_fails_raises_and_the_process_goes_on():
+    with torchtpu.eager_mode("fused"):
+        a = torch.ones(4, device="tpu")
+        b = (a * 3).sum()
+        assert b.item() == 12.0
+        with pytest.raises(RuntimeError):
+            torch.ones(2, 3, device="tpu") @ torch.ones(2, 3, device="tpu")  # shapes checked when recorded
+        assert (a + 1).cpu().tolist() == [2.0] * 4
