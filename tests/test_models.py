@@ -1,5 +1,5 @@
 """Real models train on tpu: 20 steps from the same weights and data as on CPU, losses agreeing within the
-stated tolerance, with zero CPU fallbacks. Dropout draws different masks on the two devices, so the
+stated tolerance, with zero CPU fallbacks, in each eager mode (strict, fused, debug). Dropout draws different masks on the two devices, so the
 agreement runs use p=0 and a separate run checks that the model with dropout trains natively."""
 from __future__ import annotations
 
@@ -89,13 +89,15 @@ def train(model, batch, loss_fn, make_optimizer, clip, device, steps=20):
     return losses
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
-def test_model_matches_cpu_without_fallback(name):
+def test_model_matches_cpu_without_fallback(name, mode):
     model, batch, loss_fn, make_optimizer, clip = PROBLEMS[name](dropout=0.0)
     tpu_model = copy.deepcopy(model)
     cpu_losses = train(model, batch, loss_fn, make_optimizer, clip, "cpu")
     torchtpu.reset_metrics()
-    tpu_losses = train(tpu_model, batch, loss_fn, make_optimizer, clip, "tpu")
+    with torchtpu.eager_mode(mode):
+        tpu_losses = train(tpu_model, batch, loss_fn, make_optimizer, clip, "tpu")
     assert fallback_ops() == {}
     assert tpu_losses[-1] < tpu_losses[0]
     for step, (t, c) in enumerate(zip(tpu_losses, cpu_losses)):

@@ -1,0 +1,127 @@
+"""Eager modes on the loops users run: the GPT training step (`workloads.py`: 2 layers, d 128, AdamW,
+clipping) and the tiny MLP step (AdamW + cosine schedule), strict vs fused on tpu vs CPU torch, alternating
+in rounds in one process. Also a 100-step run per mode counting compiles and cache hits after warm-up, and
+the cost of one tiny op. Writes results/bench_modes.{json,png}.
+
+    .venv/bin/python bench/bench_modes.py [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import time
+
+import torch
+
+import torchtpu
+from workloads import make_gpt_adamw_step, make_mlp_adamw_cosine_step
+
+HERE = pathlib.Path(__file__).resolve().parent
+MODES = ("strict", "fused")
+
+
+def timed(step, mode, n):
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        if mode == "cpu":
+            step().item()
+        else:
+            with torchtpu.eager_mode(mode):
+                step().item()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def compiles():
+    m = torchtpu.metrics()
+    return sum(op["compiles"] for op in m["ops"].values()) + m["fused"]["compiles"]
+
+
+def hundred_steps(make, mode):
+    step = make(torch.device("tpu"))
+    with torchtpu.eager_mode(mode):
+        for _ in range(2):
+            step().item()
+        torchtpu.reset_metrics()
+        for _ in range(100):
+            step().item()
+    m = torchtpu.metrics()
+    hits = sum(op["cache_hits"] for op in m["ops"].values())
+    lookups = hits + sum(op["compiles"] for op in m["ops"].values())
+    return {"compiles_after_warmup": compiles(), "op_cache_hit_rate": hits / max(lookups, 1),
+            "fused_programs_run": m["fused"]["programs_run"], "flushes": m["fused"]["flushes"]}
+
+
+def tiny_op_us(mode, n=4000):
+    x = torch.ones(16, device="tpu") if mode != "cpu" else torch.ones(16)
+    y = x.clone()
+
+    def loop():
+        for i in range(n):
+            x + y
+            if mode == "fused" and i % 500 == 499:
+                torchtpu.eager.flush()
+        if mode != "cpu":
+            torch.tpu.synchronize()
+
+    with torchtpu.eager_mode(mode if mode != "cpu" else "strict"):
+        loop()  # warm-up: the fused program of 500 adds compiles here
+        start = time.perf_counter()
+        loop()
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    results = {}
+    for name, make, reps in (("gpt AdamW+clip step", make_gpt_adamw_step, 4),
+                             ("mlp AdamW+cosine step", make_mlp_adamw_cosine_step, 40)):
+        print(f"{name}: {args.rounds} rounds of {reps} steps per mode ...", flush=True)
+        steps = {m: make(torch.device("tpu")) for m in MODES}
+        steps["cpu"] = make(torch.device("cpu"))
+        for m in steps:
+            timed(steps[m], m, 3)  # warm-up
+        samples = {m: [] for m in steps}
+        for _ in range(args.rounds):
+            for m in steps:
+                samples[m] += timed(steps[m], m, reps)
+        medians = {m: statistics.median(v) * 1e6 for m, v in samples.items()}
+        results[name] = {"median_us": medians, **{f"{m} 100 steps": hundred_steps(make, m) for m in MODES}}
+    results["tiny add 16 f32 (µs)"] = {m: tiny_op_us(m) for m in ("cpu", "strict", "fused")}
+    load = pathlib.Path("/proc/loadavg").read_text().split()[0]
+    print(f"\n{'benchmark':24} {'cpu (µs)':>10} {'strict (µs)':>12} {'fused (µs)':>11} {'fused/strict':>13} {'fused/cpu':>10}")
+    for name in ("gpt AdamW+clip step", "mlp AdamW+cosine step"):
+        m = results[name]["median_us"]
+        print(f"{name:24} {m['cpu']:10.0f} {m['strict']:12.0f} {m['fused']:11.0f} {m['fused'] / m['strict']:12.2f}x "
+              f"{m['fused'] / m['cpu']:9.2f}x")
+        for mode in MODES:
+            print(f"    {mode} 100 steps after warm-up: {results[name][mode + ' 100 steps']}")
+    t = results["tiny add 16 f32 (µs)"]
+    print(f"tiny add: cpu {t['cpu']:.2f} µs, strict {t['strict']:.2f} µs, fused (recorded) {t['fused']:.2f} µs")
+    print(f"1-min load average at the end: {load} on 2 cpus")
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "bench_modes.json").write_text(json.dumps(results, indent=1))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for ax, name in zip(axes, ("gpt AdamW+clip step", "mlp AdamW+cosine step")):
+        m = results[name]["median_us"]
+        ax.bar(["cpu torch", "tpu strict", "tpu fused"], [m["cpu"] / 1e3, m["strict"] / 1e3, m["fused"] / 1e3],
+               color=["#888", "#c44", "#4a4"])
+        ax.set_title(name)
+        ax.set_ylabel("ms per step (median)")
+    fig.tight_layout()
+    fig.savefig(out / "bench_modes.png", dpi=120)
+    print(f"wrote {out / 'bench_modes.json'} and {out / 'bench_modes.png'}")
+
+
+if __name__ == "__main__":
+    main()
