@@ -1,6 +1,7 @@
 """Real models train on tpu: 20 steps from the same weights and data as on CPU, losses agreeing within the
-stated tolerance, with zero CPU fallbacks, in each eager mode (strict, fused, debug). Dropout draws different masks on the two devices, so the
-agreement runs use p=0 and a separate run checks that the model with dropout trains natively."""
+stated tolerance, with zero CPU fallbacks, in each eager mode (strict, fused, debug). Dropout draws
+different masks on the two devices, so the agreement runs use p=0 and a separate run checks that the model
+with dropout trains natively."""
 from __future__ import annotations
 
 import copy
@@ -12,33 +13,7 @@ import torch.nn.functional as F
 
 import torchtpu
 from torchtpu.metrics import fallback_ops
-from torchtpu.testing.models import SmallGPT
-
-
-class SmallCNN(torch.nn.Module):
-    def __init__(self, dropout: float):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn1 = torch.nn.BatchNorm2d(8)
-        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=1, padding=1)
-        self.bn2 = torch.nn.BatchNorm2d(16)
-        self.dropout = torch.nn.Dropout(dropout)
-        self.fc = torch.nn.Linear(16 * 4 * 4, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.avg_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
-        return self.fc(self.dropout(x.flatten(1)))
-
-
-class SmallLSTM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True)
-        self.out = torch.nn.Linear(16, 1)
-
-    def forward(self, x):
-        return self.out(self.lstm(x)[0][:, -1])
+from torchtpu.testing.models import SmallCNN, SmallGPT, SmallLSTM, train_step
 
 
 def cnn_problem(dropout: float):
@@ -79,13 +54,7 @@ def train(model, batch, loss_fn, make_optimizer, clip, device, steps=20):
     optimizer = make_optimizer(model.parameters())
     losses = []
     for _ in range(steps):
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        losses.append(loss.item())
+        losses.append(train_step(model, optimizer, loss_fn, x, y, clip).item())
     return losses
 
 

@@ -11,52 +11,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from torchtpu.testing.models import SmallCNN, SmallGPT, SmallLSTM, train_step
+
 Step = Callable[[], torch.Tensor]
 
 
-class SmallCNN(torch.nn.Module):
-    """The CNN of tests/test_models.py: conv, batch norm, max and average pools, dropout, linear."""
-
-    def __init__(self, dropout: float = 0.1):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn1 = torch.nn.BatchNorm2d(8)
-        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=1, padding=1)
-        self.bn2 = torch.nn.BatchNorm2d(16)
-        self.dropout = torch.nn.Dropout(dropout)
-        self.fc = torch.nn.Linear(16 * 4 * 4, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.avg_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
-        return self.fc(self.dropout(x.flatten(1)))
-
-
-class SmallLSTM(torch.nn.Module):
-    """The LSTM of tests/test_models.py: two layers, batch first, a linear head on the last step."""
-
-    def __init__(self):
-        super().__init__()
-        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True)
-        self.out = torch.nn.Linear(16, 1)
-
-    def forward(self, x):
-        return self.out(self.lstm(x)[0][:, -1])
-
-
 def _train_step(model, optimizer, loss_fn, x, y, clip=None, scheduler=None) -> Step:
-    def step() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        return loss
-
-    return step
+    return lambda: train_step(model, optimizer, loss_fn, x, y, clip, scheduler)
 
 
 def make_mlp(device) -> Step:
@@ -80,7 +41,6 @@ def make_cnn(device) -> Step:
 
 def make_gpt(device) -> Step:
     """SmallGPT (2 layers, d 32, context 16, batch 4): causal SDPA, AdamW, clip_grad_norm_."""
-    from torchtpu.testing.models import SmallGPT
 
     torch.manual_seed(0)
     model = SmallGPT(dropout=0.1).to(device)

@@ -39,3 +39,47 @@ class SmallGPT(torch.nn.Module):
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.blocks(self.token(idx) + self.position(positions))
         return self.head(self.ln(x))
+
+
+class SmallCNN(torch.nn.Module):
+    """Conv, batch norm, max and average pools, dropout, linear; 3x16x16 images, 10 classes."""
+
+    def __init__(self, dropout: float = 0.1):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=1, padding=1)
+        self.bn2 = torch.nn.BatchNorm2d(16)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.fc = torch.nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.avg_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(self.dropout(x.flatten(1)))
+
+
+class SmallLSTM(torch.nn.Module):
+    """Two LSTM layers (batch first, 8 features, hidden 16) and a linear head on the last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True)
+        self.out = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.out(self.lstm(x)[0][:, -1])
+
+
+def train_step(model, optimizer, loss_fn, x, y, clip=None, scheduler=None) -> torch.Tensor:
+    """One step of the usual loop: zero_grad, forward, loss, backward, optional gradient clipping, the
+    optimizer step, optional scheduler step. Returns the loss."""
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss
