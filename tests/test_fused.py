@@ -1,11 +1,14 @@
 """Fused eager mode: ops are recorded and run as one program at sync points. Results equal strict mode's
 and CPU's; a repeated training step runs one cached program per step with nothing compiled after
 warm-up; every flush is counted with its reason."""
+import json
+
 import pytest
 import torch
 from torch.testing import assert_close
 
 import torchtpu
+from helpers import run_python
 from torchtpu.metrics import fallback_ops
 
 
@@ -138,3 +141,20 @@ def test_a_fused_program_that_fails_raises_and_the_process_goes_on():
         with pytest.raises(RuntimeError):
             torch.ones(2, 3, device="tpu") @ torch.ones(2, 3, device="tpu")  # shapes checked when recorded
         assert (a + 1).cpu().tolist() == [2.0] * 4
+
+
+def test_traces_run_op_by_op_on_request():
+    # The fallback when a composed program does not compile, forced here: same results as CPU.
+    done = run_python("""
+        import json, torch, torchtpu
+        with torchtpu.eager_mode("fused"):
+            x = torch.arange(6.0, device="tpu").reshape(2, 3)
+            x.mul_(2)
+            y = torch.softmax(x, 1).sum(0) + x[0]
+            print(json.dumps([y.cpu().tolist(), x.cpu().tolist()]))
+        """, TORCHTPU_FUSED_OP_BY_OP="1")
+    assert done.returncode == 0, done.stderr
+    y_tpu, x_tpu = json.loads(done.stdout.strip().splitlines()[-1])
+    x = torch.arange(6.0).reshape(2, 3) * 2
+    assert_close(torch.tensor(x_tpu), x)
+    assert_close(torch.tensor(y_tpu), torch.softmax(x, 1).sum(0) + x[0])

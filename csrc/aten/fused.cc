@@ -4,6 +4,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 #include "cache/disk_cache.h"
 #include "cache/program_cache.h"
 #include "eager/driver.h"
+#include "runtime/error.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -43,9 +45,18 @@ struct Trace {
 };
 
 struct FusedProgram {
-  std::unique_ptr<runtime::Executable> executable;
+  std::unique_ptr<runtime::Executable> executable;  // null: the trace runs op by op
   std::vector<int64_t> aliased_externals;  // externals the program may donate to a result
 };
+
+// TORCHTPU_FUSED_OP_BY_OP=1 runs every trace op by op: tells a fusion problem from a recording one.
+bool op_by_op_requested() {
+  static const bool requested = [] {
+    const char* env = std::getenv("TORCHTPU_FUSED_OP_BY_OP");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return requested;
+}
 
 // More ops than this in one trace flush it: compile time grows with the program.
 constexpr size_t kMaxTraceOps = 2000;
@@ -202,6 +213,41 @@ void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType
   t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl())});
 }
 
+namespace {
+
+std::vector<runtime::BufferPtr> run_fused(const Trace& trace, const FusedProgram& program) {
+  std::vector<const runtime::Buffer*> raw;
+  raw.reserve(trace.externals.size());
+  for (const runtime::BufferPtr& b : trace.externals) raw.push_back(b.get());
+  // Donated only where the trace holds the last reference (as in strict mode's in-place updates).
+  std::vector<int64_t> kept;
+  for (int64_t e : program.aliased_externals) {
+    if (trace.externals[static_cast<size_t>(e)].use_count() != 1) kept.push_back(e);
+  }
+  return eager::execute(*program.executable, trace.device, raw, kept);
+}
+
+// The trace's ops one program each, in order (no donation: an external may feed later ops); returns the
+// live results.
+std::vector<runtime::BufferPtr> run_op_by_op(const Trace& trace, const std::vector<const Binding*>& live) {
+  std::vector<std::vector<runtime::BufferPtr>> results(trace.ops.size());
+  for (size_t k = 0; k < trace.ops.size(); ++k) {
+    const TraceOp& op = trace.ops[k];
+    std::vector<const runtime::Buffer*> raw;
+    for (const TraceSource& s : op.sources) {
+      raw.push_back(s.op < 0 ? trace.externals[static_cast<size_t>(s.index)].get()
+                             : results[static_cast<size_t>(s.op)][static_cast<size_t>(s.index)].get());
+    }
+    const runtime::Executable& executable = *op.signature->executable;
+    results[k] = eager::execute(executable, trace.device, raw, executable.aliased_inputs());
+  }
+  std::vector<runtime::BufferPtr> outputs;
+  for (const Binding* b : live) outputs.push_back(results[static_cast<size_t>(b->op)][static_cast<size_t>(b->output)]);
+  return outputs;
+}
+
+}  // namespace
+
 void flush_trace(const char* reason) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   Trace& t = current();
@@ -244,19 +290,21 @@ void flush_trace(const char* reason) {
     aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text);
     program = std::make_shared<FusedProgram>();
     for (const auto& donation : donations) program->aliased_externals.push_back(donation.first);
-    program->executable = cache::load_or_compile(text, std::move(result_types), program->aliased_externals);
+    try {
+      if (!op_by_op_requested()) {
+        program->executable = cache::load_or_compile(text, std::move(result_types), program->aliased_externals);
+      }
+    } catch (const runtime::PjrtError& e) {
+      // Every op program compiled on its own, so the trace can still run op by op; remembered per key.
+      TORCH_WARN_ONCE("torchtpu: a fused program did not compile (", e.what(),
+                      "); such traces run op by op instead");
+      program->aliased_externals.clear();
+    }
     fused_programs().insert(key, program);
     counters().compiles++;
   }
-  std::vector<const runtime::Buffer*> raw;
-  raw.reserve(trace.externals.size());
-  for (const runtime::BufferPtr& b : trace.externals) raw.push_back(b.get());
-  // Donated only where the trace holds the last reference (as in strict mode's in-place updates).
-  std::vector<int64_t> kept;
-  for (int64_t e : program->aliased_externals) {
-    if (trace.externals[static_cast<size_t>(e)].use_count() != 1) kept.push_back(e);
-  }
-  std::vector<runtime::BufferPtr> outputs = eager::execute(*program->executable, trace.device, raw, kept);
+  std::vector<runtime::BufferPtr> outputs =
+      program->executable ? run_fused(trace, *program) : run_op_by_op(trace, live);
   counters().programs_run++;
   for (size_t i = 0; i < live.size(); ++i) storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
 }
