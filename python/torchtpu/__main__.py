@@ -7,7 +7,7 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] != "demo":
-        print("usage: torchtpu demo [--steps N] [--devices N] [--mode strict|debug] [--no-hf] [--plot FILE]\n"
+        print("usage: torchtpu demo [--steps N] [--devices N] [--mode strict|fused|debug] [--no-hf] [--plot FILE]\n"
               "       torchtpu demo --help")
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
     from torchtpu import demo

@@ -7,7 +7,7 @@
    fine-tuned for a few steps with transformers' `Trainer`;
 4. a summary: steps/s against CPU, programs compiled, cache hits, CPU fallbacks, and a loss-curve plot.
 
-    torchtpu demo [--steps 300] [--devices N] [--mode strict|debug] [--no-hf] [--plot FILE]
+    torchtpu demo [--steps 300] [--devices N] [--mode strict|fused|debug] [--no-hf] [--plot FILE]
     python -m torchtpu demo ...      (python -m torchtpu.demo works too)
 """
 from __future__ import annotations
@@ -180,18 +180,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-steps", type=int, default=40, help="the same loop on CPU, for agreement and speed")
     parser.add_argument("--hf-steps", type=int, default=10, help="Trainer steps for the tiny Llama")
     parser.add_argument("--devices", type=int, help="virtual devices the CPU plugin presents")
-    parser.add_argument("--mode", choices=["strict", "debug"], default="strict",
-                        help="strict: ops run asynchronously (default); debug: each op waits for its result")
+    parser.add_argument("--mode", choices=["strict", "fused", "debug"], default="strict",
+                        help="strict: each op runs asynchronously (default); fused: ops are recorded and run as "
+                             "one program per step; debug: each op waits for its result (docs/modes.md)")
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face part")
     parser.add_argument("--plot", default="torchtpu_demo_loss.png", help="where the loss-curve plot goes")
     args = parser.parse_args(argv)
     # The demo's generate compiles per cache capacity on purpose; the summary counts the programs.
     warnings.filterwarnings("ignore", message="torchtpu: .* has compiled")
-    # Both are read when the plugin loads and the first op runs, which is after this point.
+    # Read when the plugin loads, which is after this point.
     if args.devices:
         os.environ["TORCHTPU_NUM_DEVICES"] = str(args.devices)
-    if args.mode == "debug":
-        os.environ["TORCHTPU_SYNC"] = "1"
+    torchtpu.eager_mode(args.mode)
 
     device_report()
     torchtpu.reset_metrics()
@@ -230,7 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| tpu time per step / CPU | {cpu_rate / tpu_rate:.2f}x |")
     if hf:
         print(f"| Trainer steps/s, tiny Llama on tpu | {hf['steps_per_s']:.1f} |")
-    print(f"| programs compiled / cache hits | {compiles} / {hits} |")
+    print(f"| programs compiled / cache hits (per op) | {compiles} / {hits} |")
+    fused = torchtpu.metrics().get("fused", {})
+    if fused.get("programs_run"):
+        print(f"| fused programs run / compiled | {fused['programs_run']} / {fused['compiles']} |")
     print(f"| CPU fallbacks | {sum(fallbacks.values())} {sorted(fallbacks) if fallbacks else ''} |")
     plot(args.plot, tpu_losses, cpu_losses)
     print(f"\nloss curve written to {args.plot}")
