@@ -56,7 +56,7 @@ def test_is_available_and_device_count():
     assert torch.tpu.is_available() is True
     assert isinstance(torch.tpu.device_count(), int)
     assert torch.tpu.device_count() >= 1
-    assert torch.tpu.is_initialized() is True  # is_available() loaded the plugin
+    assert torch.tpu.is_initialized() is True  # device_count() loads the plugin (is_available() does not)
 
 
 def test_current_and_set_device():

@@ -110,13 +110,9 @@ void HostAllocator::release(void* data) {
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
-  bool isAvailable() const override {
-    try {
-      return runtime::device_count() > 0;
-    } catch (...) {
-      return false;
-    }
-  }
+  // Does not load the plugin: creating the client here would make a later fork() unsafe (CUDA's answer
+  // also comes without initialising the device).
+  bool isAvailable() const override { return runtime::plugin_available(); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
     return default_generator(device < 0 ? t_current_device : device);
   }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "aten/device_error.h"
 #include "aten/generator.h"
 #include "aten/op_build.h"
 #include "aten/op_info.h"
@@ -24,6 +25,7 @@
 #include "cache/program_cache.h"
 #include "eager/driver.h"
 #include "runtime/error.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -294,6 +296,7 @@ ProgramCacheStats program_cache_stats() {
 }
 
 void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const runtime::OpScope exit_scope;  // lets interpreter exit wait for this op (docs/reliability.md)
   OpInfo& info = op_info(op);
   if (log_ops()) std::fprintf(stderr, "[torchtpu] %s\n", info.name.c_str());
   const size_t first = stack->size() - op.schema().arguments().size();
@@ -338,7 +341,7 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       at::_linalg_check_errors(info_tensor, info.linalg_api, info_tensor.dim() == 0);
     }
   } catch (const runtime::PjrtError& e) {
-    TORCH_CHECK(false, info.name, " on tpu failed: ", e.what());
+    throw_device_error(info.name, e);
   }
 }
 

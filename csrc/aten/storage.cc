@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "aten/device_error.h"
 #include "aten/fused.h"
 #include "aten/metrics.h"
 #include "lowering/view.h"
@@ -123,8 +124,12 @@ runtime::BufferPtr upload_contiguous(const at::Tensor& host, int device) {
   record_transfer(/*to_device=*/true, host.nbytes());
   std::vector<int64_t> dims(host.sizes().begin(), host.sizes().end());
   // The lambda owns a reference to the host tensor until the plugin has read it.
-  return runtime::upload(host.const_data_ptr(), to_dtype(host.scalar_type()), dims, device,
-                         [keep_alive = host]() mutable { keep_alive.reset(); });
+  try {
+    return runtime::upload(host.const_data_ptr(), to_dtype(host.scalar_type()), dims, device,
+                           [keep_alive = host]() mutable { keep_alive.reset(); });
+  } catch (const runtime::PjrtError& e) {
+    throw_device_error("copy to tpu", e);
+  }
 }
 
 at::Tensor download(const at::Tensor& tensor) {

@@ -110,9 +110,27 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_memory_stats", [](int device) {
     const runtime::MemoryStats stats = runtime::memory_stats(device);
-    return py::make_tuple(stats.allocated, stats.peak_allocated);
+    py::dict d;
+    d["allocated"] = stats.allocated;
+    d["peak"] = stats.peak_allocated;
+    d["allocated_total"] = stats.allocated_total;
+    d["freed_total"] = stats.freed_total;
+    d["allocations"] = stats.allocations;
+    d["frees"] = stats.frees;
+    d["ooms"] = stats.ooms;
+    d["limit"] = stats.limit;
+    return d;
   });
   m.def("_reset_peak_memory", &runtime::reset_peak_memory);
+  m.def("_reset_accumulated_memory", &runtime::reset_accumulated_memory);
+  m.def("_set_memory_limit", &runtime::set_memory_limit);
+  // Reliability (docs/reliability.md): availability without initialising, fork safety, exit.
+  m.def("_is_available", &runtime::plugin_available);
+  m.def("_is_in_bad_fork", &runtime::in_bad_fork);
+  m.def("_prepare_exit", [] {
+    py::gil_scoped_release no_gil;  // threads still dispatching need the GIL to reach a gate
+    runtime::prepare_exit();
+  });
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(aten::default_generator(static_cast<c10::DeviceIndex>(device))));

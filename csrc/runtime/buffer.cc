@@ -1,11 +1,15 @@
 #include "runtime/buffer.h"
 
 #include <array>
+#include <atomic>
+#include <cstdio>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "runtime/error.h"
 #include "runtime/pjrt_api.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::runtime {
 namespace {
@@ -46,7 +50,46 @@ void account(int device, int64_t delta) {
   std::lock_guard<std::mutex> lock(stats_mutex());
   MemoryStats& stats = device_states()[device].stats;
   stats.allocated += delta;
+  if (delta >= 0) {
+    stats.allocated_total += delta;
+    stats.allocations++;
+  } else {
+    stats.freed_total -= delta;
+    stats.frees++;
+  }
   if (stats.allocated > stats.peak_allocated) stats.peak_allocated = stats.allocated;
+}
+
+std::string format_bytes(int64_t bytes) {
+  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[64];
+  if (unit == 0) std::snprintf(text, sizeof text, "%lld bytes", static_cast<long long>(bytes));
+  else std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
+  return text;
+}
+
+// Counts the failure and builds the exception, with the figures read under the same lock.
+[[noreturn]] void throw_out_of_memory(int device, int64_t requested, const std::string& cause) {
+  MemoryStats stats;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex());
+    MemoryStats& live = device_states()[device].stats;
+    live.ooms++;
+    stats = live;
+  }
+  std::string message = "tpu:" + std::to_string(device) + " out of memory. Tried to allocate " +
+                        (requested >= 0 ? format_bytes(requested) : std::string("an unknown amount")) + "; " +
+                        format_bytes(stats.allocated) + " live in tensors on the device, peak " +
+                        format_bytes(stats.peak_allocated) + " since the last reset";
+  if (stats.limit >= 0) message += ", limit " + format_bytes(stats.limit) + " (set_per_process_memory_fraction)";
+  message += ". " + cause;
+  throw OutOfMemory(device, requested, stats.allocated, stats.peak_allocated, stats.limit, message);
 }
 
 struct HostRelease {
@@ -77,6 +120,8 @@ void Buffer::mark_donated() const {
 }
 
 Buffer::~Buffer() {
+  // A child forked from a process that used the device inherits its buffers but not its client: leave them.
+  if (in_bad_fork()) return;
   if (!donated_) account(device_, -static_cast<int64_t>(nbytes()));
   const PJRT_Api* api = plugin().api;
   PJRT_Buffer_Destroy_Args args{};
@@ -94,7 +139,11 @@ int64_t Buffer::numel() const {
 
 BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device,
                  std::function<void()> release_host) {
+  exit_gate();
   const Plugin& p = plugin();
+  int64_t bytes = static_cast<int64_t>(element_size(dtype));
+  for (int64_t d : dims) bytes *= d;
+  check_memory_limit(device, bytes);
   PJRT_Client_BufferFromHostBuffer_Args args{};
   args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
   args.client = p.client;
@@ -104,7 +153,8 @@ BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims
   args.num_dims = dims.size();
   args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
   args.device = p.devices.at(static_cast<size_t>(device));
-  check(p.api, p.api->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer");
+  check_allocation(p.api, p.api->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer",
+                   device, bytes);
   auto buffer = std::make_shared<Buffer>(args.buffer, dtype, dims, device);
   auto* pending = new HostRelease{p.api, args.done_with_host_buffer, std::move(release_host)};
   PJRT_Event_OnReady_Args on_ready{};
@@ -124,6 +174,8 @@ BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims
 }
 
 void download(const Buffer& buffer, void* dst) {
+  const OpScope scope;  // a thread returning from a wait must not meet an exiting interpreter
+  exit_gate();
   const Plugin& p = plugin();
   PJRT_Buffer_ToHostBuffer_Args args{};
   args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
@@ -132,6 +184,33 @@ void download(const Buffer& buffer, void* dst) {
   args.dst_size = buffer.nbytes();
   check(p.api, p.api->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
   await_event(p.api, args.event, "device-to-host transfer");
+  exit_gate();
+}
+
+void check_allocation(const PJRT_Api* api, PJRT_Error* error, const char* what, int device, int64_t requested) {
+  try {
+    check(api, error, what);
+  } catch (const PjrtError& e) {
+    if (e.code() != kResourceExhausted) throw;
+    throw_out_of_memory(device, requested, e.what());
+  }
+}
+
+// Whether any device has a limit, so the common case skips the lock.
+std::atomic<bool> g_any_limit{false};
+
+void check_memory_limit(int device, int64_t requested) {
+  if (!g_any_limit.load(std::memory_order_relaxed)) return;
+  int64_t limit = -1;
+  int64_t allocated = 0;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex());
+    const MemoryStats& stats = device_states()[device].stats;
+    limit = stats.limit;
+    allocated = stats.allocated;
+  }
+  if (limit < 0 || allocated + requested <= limit) return;
+  throw_out_of_memory(device, requested, "The request passes the per-process memory limit.");
 }
 
 MemoryStats memory_stats(int device) {
@@ -143,6 +222,18 @@ void reset_peak_memory(int device) {
   std::lock_guard<std::mutex> lock(stats_mutex());
   MemoryStats& stats = device_states()[device].stats;
   stats.peak_allocated = stats.allocated;
+}
+
+void reset_accumulated_memory(int device) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  MemoryStats& stats = device_states()[device].stats;
+  stats.allocated_total = stats.freed_total = stats.allocations = stats.frees = stats.ooms = 0;
+}
+
+void set_memory_limit(int device, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  device_states()[device].stats.limit = bytes < 0 ? -1 : bytes;
+  if (bytes >= 0) g_any_limit.store(true);
 }
 
 }  // namespace torchtpu::runtime

@@ -51,11 +51,24 @@ void download(const Buffer& buffer, void* dst);
 // Blocks until every execution queued on `device` so far has finished; throws the first error among them.
 void synchronize(int device);
 
+// Live-byte accounting of one device. Device memory is freed as soon as the last tensor using a buffer dies
+// (there is no caching allocator), so "allocated" is also what the process holds on the device.
 struct MemoryStats {
-  int64_t allocated = 0;      // bytes in live buffers on the device
+  int64_t allocated = 0;       // bytes in live buffers on the device
   int64_t peak_allocated = 0;  // high-water mark since the last reset
+  int64_t allocated_total = 0;  // bytes ever allocated (cumulative)
+  int64_t freed_total = 0;      // bytes ever freed (cumulative)
+  int64_t allocations = 0;      // buffers ever created
+  int64_t frees = 0;            // buffers ever destroyed or donated
+  int64_t ooms = 0;             // allocations that failed for lack of memory
+  int64_t limit = -1;           // set_memory_limit, -1 for none
 };
 MemoryStats memory_stats(int device);
 void reset_peak_memory(int device);
+// Clears the cumulative counters (allocated_total, freed_total, allocations, frees, ooms).
+void reset_accumulated_memory(int device);
+// Caps the live bytes on `device` (-1 removes the cap): an execution or transfer that would pass it raises
+// OutOfMemory before it starts, as a full device would. torch.tpu.set_per_process_memory_fraction sets it.
+void set_memory_limit(int device, int64_t bytes);
 
 }  // namespace torchtpu::runtime

@@ -5,6 +5,7 @@
 #include "runtime/compile_options.h"
 #include "runtime/error.h"
 #include "runtime/pjrt_api.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::runtime {
 
@@ -14,6 +15,7 @@ Executable::Executable(void* loaded_executable, std::vector<ArrayType> output_ty
       aliased_inputs_(std::move(aliased_inputs)) {}
 
 Executable::~Executable() {
+  if (in_bad_fork()) return;  // the parent's executable; this process has no client to free it with
   const PJRT_Api* api = plugin().api;
   PJRT_LoadedExecutable_Destroy_Args args{};
   args.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE;
@@ -23,6 +25,7 @@ Executable::~Executable() {
 
 std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& arguments,
                                            const std::vector<int64_t>& kept) const {
+  exit_gate();
   const Plugin& p = plugin();
   std::vector<PJRT_Buffer*> inputs;
   inputs.reserve(arguments.size());
@@ -52,7 +55,21 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   PJRT_Event* done = nullptr;
   args.device_complete_events = &done;
   args.execute_device = p.devices.at(static_cast<size_t>(device));
-  check(p.api, p.api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
+  // What the outputs add to the device's live bytes: donated arguments lend theirs.
+  int64_t requested = 0;
+  for (const ArrayType& type : output_types_) {
+    int64_t bytes = static_cast<int64_t>(element_size(type.dtype));
+    for (int64_t d : type.dims) bytes *= d;
+    requested += bytes;
+  }
+  for (int64_t aliased : aliased_inputs_) {
+    if (std::find(kept.begin(), kept.end(), aliased) == kept.end()) {
+      requested -= static_cast<int64_t>(arguments[static_cast<size_t>(aliased)]->nbytes());
+    }
+  }
+  check_memory_limit(device, requested);
+  check_allocation(p.api, p.api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute", device,
+                   requested);
 
   for (int64_t aliased : aliased_inputs_) {
     if (std::find(kept.begin(), kept.end(), aliased) == kept.end()) arguments[static_cast<size_t>(aliased)]->mark_donated();
@@ -63,6 +80,7 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
     results.push_back(std::make_shared<Buffer>(outputs[i], output_types_[i].dtype, output_types_[i].dims, device));
   }
   track_execution(device, done);
+  exit_gate();  // a thread must not go back to take the GIL while the interpreter is exiting
   return results;
 }
 

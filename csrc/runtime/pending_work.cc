@@ -1,14 +1,19 @@
 // Completion events of executions not yet known to be finished, per device, so synchronize() waits for
 // all queued work: the CPU plugin may run independent programs out of order, so the last result alone
 // does not tell that everything before it is done.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <vector>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "runtime/buffer.h"
 #include "runtime/error.h"
 #include "runtime/pjrt_api.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::runtime {
 namespace {
@@ -70,6 +75,8 @@ void track_execution(int device, PJRT_Event* done) {
 }
 
 void synchronize(int device) {
+  const OpScope scope;  // a thread returning from a wait must not meet an exiting interpreter
+  exit_gate();
   const PJRT_Api* api = plugin().api;
   std::deque<PJRT_Event*> events;
   {
@@ -86,7 +93,85 @@ void synchronize(int device) {
       if (first_error.empty()) first_error = e.what();
     }
   }
+  exit_gate();
   if (!first_error.empty()) throw PjrtError(13, first_error);
+}
+
+// ---- process exit ---------------------------------------------------------------------------------------
+//
+// Python stops daemon threads at exit by calling pthread_exit when they next take the GIL. A thread
+// returning from a tpu op takes the GIL inside torch's C++ (a gil_scoped_release destructor, a
+// Python-object decref), and the forced unwind of pthread_exit through those noexcept frames calls
+// std::terminate: "terminate called without an active exception", exit status 134. prepare_exit runs
+// from atexit, before Python stops them, and makes such threads park here instead, holding no lock and no
+// GIL, until the process is gone.
+
+namespace {
+
+std::atomic<bool> g_exiting{false};
+std::thread::id g_exiting_thread;
+// Threads inside an OpScope and not parked; the depth of the calling thread's scopes.
+std::atomic<int> g_in_op{0};
+thread_local int t_op_depth = 0;
+
+// Never destroyed: parked threads wait on them while static destructors run.
+std::mutex& park_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::condition_variable& park_cv() {
+  static auto* cv = new std::condition_variable;
+  return *cv;
+}
+
+}  // namespace
+
+void exit_gate() {
+  if (!g_exiting.load(std::memory_order_acquire)) return;
+  if (std::this_thread::get_id() == g_exiting_thread) return;
+  if (t_op_depth > 0) g_in_op--;  // parked: prepare_exit need not wait for this thread any more
+  std::unique_lock<std::mutex> lock(park_mutex());
+  park_cv().wait(lock, [] { return false; });  // never returns: the process ends around this thread
+}
+
+OpScope::OpScope() {
+  if (t_op_depth++ > 0) return;
+  exit_gate();
+  g_in_op++;
+}
+
+OpScope::~OpScope() {
+  if (--t_op_depth > 0) return;
+  g_in_op--;
+  exit_gate();
+}
+
+void prepare_exit() {
+  if (in_bad_fork() || g_exiting.load()) return;
+  g_exiting_thread = std::this_thread::get_id();
+  g_exiting.store(true, std::memory_order_release);
+  // Work already queued finishes before the plugin's statics are torn down; errors no longer matter. (A
+  // thread may still be loading the plugin: it is inside an op, and waited for below.)
+  for (int device = 0; plugin_loaded() && device < device_count(); ++device) {
+    try {
+      synchronize(device);
+    } catch (const std::exception&) {
+    }
+  }
+  // Threads inside an op run on (our caller released the GIL) until they reach a gate; a first compile can
+  // take a while, so the wait is generous but bounded. Threads outside ops are in Python code or waiting,
+  // where Python stops them safely.
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  // A thread that left its op just before the flag was set needs a moment to get back into Python (and on
+  // to its next op, where it parks): wait until no thread has been inside an op for a while.
+  auto quiet_since = Clock::now();
+  while (Clock::now() - start < std::chrono::seconds(5)) {
+    const auto now = Clock::now();
+    if (g_in_op.load() > 0) quiet_since = now;
+    else if (now - quiet_since > std::chrono::milliseconds(20)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace torchtpu::runtime

@@ -4,6 +4,7 @@
 
 #include <pjrt_c_api.h>
 
+#include <cstdint>
 #include <vector>
 
 namespace torchtpu::runtime {
@@ -34,5 +35,17 @@ void await_event(const PJRT_Api* api, PJRT_Event* event, const char* what);
 // Hands the completion event of one execution on `device` to the pending-work list that synchronize()
 // drains. Takes ownership of the event.
 void track_execution(int device, PJRT_Event* done);
+
+// Like check(), but a RESOURCE_EXHAUSTED error becomes OutOfMemory naming `requested` bytes on `device`
+// and the device's live and peak bytes.
+void check_allocation(const PJRT_Api* api, PJRT_Error* error, const char* what, int device, int64_t requested);
+
+// Throws OutOfMemory when `requested` more bytes would pass the limit set for `device` (set_memory_limit).
+// Called before an execution or transfer starts, so a refused one leaves nothing half done.
+void check_memory_limit(int device, int64_t requested);
+
+// Where a thread other than the exiting one parks for good once prepare_exit() has run: before a call
+// that starts device work and after a blocking wait. Never called with a lock held.
+void exit_gate();
 
 }  // namespace torchtpu::runtime

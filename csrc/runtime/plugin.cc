@@ -1,6 +1,8 @@
 #include "runtime/plugin.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -27,6 +29,20 @@ std::vector<std::string>& candidates() {
 // Set once under state_mutex(); never freed (the plugin lives as long as the process).
 Plugin* g_plugin = nullptr;
 PluginInfo* g_info = nullptr;
+// Set in a child forked after the plugin was loaded (see in_bad_fork). Written only by the fork handler.
+bool g_bad_fork = false;
+// Set when loading failed, so is_available() stops answering yes for a file that is no plugin.
+bool g_load_failed = false;
+
+constexpr const char* kBadForkMessage =
+    "Cannot re-initialize the tpu device in a forked subprocess: the parent process had already initialised "
+    "it, and the PJRT client and its threads do not survive fork(). To use tpu with multiprocessing, use the "
+    "'spawn' (or 'forkserver') start method, e.g. torch.multiprocessing.set_start_method('spawn'), or "
+    "DataLoader(..., multiprocessing_context='spawn'). Workers that touch only CPU data may still fork.";
+
+// The child gets a copy of the parent's pointers but not the plugin's threads: any call into the client
+// would wait forever for them. Mark the child so that the first device use raises instead.
+void on_fork_child() { __atomic_store_n(&g_bad_fork, true, __ATOMIC_RELAXED); }
 
 int requested_cpu_device_count() {
   const char* env = std::getenv("TORCHTPU_NUM_DEVICES");
@@ -146,8 +162,12 @@ void load_locked() {
   if (loaded->devices.empty()) throw PjrtError(5, "The PJRT plugin '" + path + "' reports no devices");
   g_info = new PluginInfo{path, platform_name(api, client), api->pjrt_api_version.major_version,
                           api->pjrt_api_version.minor_version};
-  g_plugin = loaded;
+  __atomic_store_n(&g_plugin, loaded, __ATOMIC_RELEASE);
+  static const bool fork_handler = pthread_atfork(nullptr, nullptr, &on_fork_child) == 0;
+  (void)fork_handler;
 }
+
+[[noreturn]] void throw_bad_fork() { throw BadFork(kBadForkMessage); }
 
 }  // namespace
 
@@ -163,7 +183,8 @@ void check(const PJRT_Api* api, PJRT_Error* error, const char* what) {
   code.error = error;
   api->PJRT_Error_GetCode(&code);
   destroy_error(api, error);
-  throw PjrtError(static_cast<int>(code.code), std::string(what) + " failed: " + text);
+  const int status = static_cast<int>(code.code);
+  throw PjrtError(status, std::string(what) + " failed (" + status_code_name(status) + "): " + text);
 }
 
 void destroy_error(const PJRT_Api* api, PJRT_Error* error) {
@@ -192,9 +213,19 @@ void await_event(const PJRT_Api* api, PJRT_Event* event, const char* what) {
 
 const Plugin& plugin() {
   // Fast path without the lock: g_plugin is written once, before any reader can see it non-null.
-  if (Plugin* loaded = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) return *loaded;
+  Plugin* loaded = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE);
+  // Checked before the lock: another thread of the parent may have held it at fork time.
+  if (__atomic_load_n(&g_bad_fork, __ATOMIC_RELAXED)) throw_bad_fork();
+  if (loaded != nullptr) return *loaded;
   std::lock_guard<std::mutex> lock(state_mutex());
-  if (g_plugin == nullptr) load_locked();  // a failure leaves g_plugin null so a later call retries
+  if (g_plugin == nullptr) {
+    try {
+      load_locked();  // a failure leaves g_plugin null so a later call retries
+    } catch (...) {
+      g_load_failed = true;
+      throw;
+    }
+  }
   return *g_plugin;
 }
 
@@ -208,7 +239,21 @@ const PluginInfo& plugin_info() {
   return *g_info;
 }
 
-bool plugin_loaded() { return __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE) != nullptr; }
+bool plugin_loaded() {
+  return __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE) != nullptr && !__atomic_load_n(&g_bad_fork, __ATOMIC_RELAXED);
+}
+
+bool in_bad_fork() { return __atomic_load_n(&g_bad_fork, __ATOMIC_RELAXED); }
+
+bool plugin_available() {
+  // Like CUDA's, the answer in a bad fork is still yes: the device exists, this process just cannot use it.
+  if (__atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE) != nullptr) return true;
+  std::lock_guard<std::mutex> lock(state_mutex());
+  if (g_load_failed) return false;
+  const char* env = std::getenv("TORCHTPU_PJRT_PLUGIN");
+  const std::string path = env != nullptr && *env != '\0' ? env : (candidates().empty() ? "" : candidates().front());
+  return !path.empty() && access(path.c_str(), R_OK) == 0;
+}
 
 int device_count() { return static_cast<int>(plugin().devices.size()); }
 

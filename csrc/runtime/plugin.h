@@ -23,4 +23,31 @@ const PluginInfo& plugin_info();
 bool plugin_loaded();
 int device_count();
 
+// True when a plugin can be found (TORCHTPU_PJRT_PLUGIN or a candidate names an existing file) or is
+// loaded. Never loads it and never creates the client, so asking costs nothing and keeps fork() safe.
+bool plugin_available();
+
+// True in a child forked after the parent had loaded the plugin. The child cannot use the parent's client
+// (its threads did not survive the fork): every device call there throws BadFork (runtime/error.h) saying
+// to use the 'spawn' start method, and buffers inherited from the parent are left alone.
+bool in_bad_fork();
+
+// Called once when the interpreter starts to exit (Python's atexit, before daemon threads are stopped):
+// waits for the work queued on every device, then parks every other thread that reaches a device call or
+// returns from a blocking one, so none is inside the plugin, or unwinding through torch, while the
+// process tears down. The exiting thread itself keeps working (tensors freed during finalization).
+void prepare_exit();
+
+// Marks the calling thread as inside a device op (the aten kernel wrapper holds one per op; nesting is
+// fine). prepare_exit waits until no thread is inside an op, so none is stopped by Python in the middle of
+// one (in a Python meta kernel, a warning, a decref), where the stop would unwind through torch's noexcept
+// frames and abort the process. Entering or leaving the outermost scope after prepare_exit parks the thread.
+class OpScope {
+ public:
+  OpScope();
+  ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+};
+
 }  // namespace torchtpu::runtime

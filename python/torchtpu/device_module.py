@@ -1,9 +1,12 @@
 """``torch.tpu``: the device module, shaped like ``torch.cuda``.
 
-Memory numbers are real: bytes held by live PJRT buffers on the device.
+Memory numbers are real: bytes held by live PJRT buffers on the device. There is no caching allocator (a
+buffer is freed when its last tensor dies), so "reserved" equals "allocated".
 """
 from __future__ import annotations
 
+import atexit
+import collections
 from typing import Any
 
 import torch
@@ -25,10 +28,8 @@ def _index(device: _DeviceLike = None) -> int:
 
 
 def is_available() -> bool:
-    try:
-        return _C._device_count() > 0
-    except RuntimeError:
-        return False
+    """Whether a PJRT plugin is installed. Does not initialise the device (so a later ``fork`` stays safe)."""
+    return _C._is_available()
 
 
 def is_initialized() -> bool:
@@ -36,7 +37,8 @@ def is_initialized() -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a child forked after the parent initialised the device: the device cannot be used there."""
+    return _C._is_in_bad_fork()
 
 
 def init() -> None:
@@ -141,20 +143,72 @@ def is_bf16_supported() -> bool:
 
 def memory_allocated(device: _DeviceLike = None) -> int:
     """Bytes held by live device buffers."""
-    return _C._memory_stats(_index(device))[0]
+    return _C._memory_stats(_index(device))["allocated"]
 
 
 def max_memory_allocated(device: _DeviceLike = None) -> int:
-    return _C._memory_stats(_index(device))[1]
+    """Peak of ``memory_allocated`` since the start or the last ``reset_peak_memory_stats``."""
+    return _C._memory_stats(_index(device))["peak"]
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    """Bytes the process holds on the device: the same as ``memory_allocated`` (no caching allocator)."""
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    return max_memory_allocated(device)
 
 
 def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
     _C._reset_peak_memory(_index(device))
 
 
+def reset_max_memory_allocated(device: _DeviceLike = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
+    _C._reset_accumulated_memory(_index(device))
+
+
 def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
-    allocated, peak = _C._memory_stats(_index(device))
-    return {"allocated_bytes.all.current": allocated, "allocated_bytes.all.peak": peak}
+    """CUDA's key names for the figures the device keeps (``torch.cuda.memory_stats``)."""
+    raw = _C._memory_stats(_index(device))
+    stats: dict[str, int] = collections.OrderedDict()
+    for prefix in ("allocated_bytes", "reserved_bytes", "active_bytes"):
+        stats[f"{prefix}.all.current"] = raw["allocated"]
+        stats[f"{prefix}.all.peak"] = raw["peak"]
+        stats[f"{prefix}.all.allocated"] = raw["allocated_total"]
+        stats[f"{prefix}.all.freed"] = raw["freed_total"]
+    stats["allocation.all.allocated"] = raw["allocations"]
+    stats["allocation.all.freed"] = raw["frees"]
+    stats["allocation.all.current"] = raw["allocations"] - raw["frees"]
+    stats["num_ooms"] = raw["ooms"]
+    stats["num_alloc_retries"] = 0
+    stats["num_device_alloc"] = raw["allocations"]
+    stats["num_device_free"] = raw["frees"]
+    if raw["limit"] >= 0:
+        stats["limit_bytes"] = raw["limit"]
+    return stats
+
+
+def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:
+    stats = memory_stats(device)
+    lines = [f"tpu:{_index(device)} memory (no caching allocator: reserved = allocated)"]
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "allocated_bytes.all.allocated",
+                "allocated_bytes.all.freed", "allocation.all.current", "num_ooms"):
+        lines.append(f"  {key:32s} {stats[key]}")
+    return "\n".join(lines)
+
+
+def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
+    """Caps this process's live device bytes at ``fraction`` of the device's memory; a larger request raises
+    ``torch.OutOfMemoryError`` before it runs. ``fraction=1`` (or more) removes the cap."""
+    if not 0 <= fraction:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    index = _index(device)
+    _C._set_memory_limit(index, -1 if fraction >= 1 else int(fraction * mem_get_info(index)[1]))
 
 
 def _host_memory() -> tuple[int, int]:
@@ -181,4 +235,10 @@ def empty_cache() -> None:
     """Buffers are freed as soon as their last tensor dies, so there is no cache to empty."""
 
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("os", "Any", "torch", "annotations")]
+# At exit, wait for queued work and park threads still dispatching, so none is inside torch or the plugin
+# while the interpreter tears down (docs/reliability.md). Registered at import, so it runs after the exit
+# handlers of everything imported later, which may still use the device.
+atexit.register(_C._prepare_exit)
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("os", "Any", "torch", "annotations", "atexit", "collections")]
