@@ -135,9 +135,8 @@ void exit_gate() {
 }
 
 OpScope::OpScope() {
-  if (t_op_depth++ > 0) return;
-  exit_gate();
-  g_in_op++;
+  if (t_op_depth == 0) exit_gate();  // before counting: a thread parked here was never inside
+  if (t_op_depth++ == 0) g_in_op++;
 }
 
 OpScope::~OpScope() {
@@ -158,15 +157,16 @@ void prepare_exit() {
     } catch (const std::exception&) {
     }
   }
-  // Threads inside an op run on (our caller released the GIL) until they reach a gate; a first compile can
-  // take a while, so the wait is generous but bounded. Threads outside ops are in Python code or waiting,
-  // where Python stops them safely.
+  // Threads inside an op run on (our caller released the GIL) until they reach a gate; loading the plugin and
+  // a first compile on a busy machine take seconds, so the wait is generous, but bounded so that a thread
+  // stuck in an op cannot hang the exit. Threads outside ops are in Python code or waiting, where Python
+  // stops them safely.
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   // A thread that left its op just before the flag was set needs a moment to get back into Python (and on
   // to its next op, where it parks): wait until no thread has been inside an op for a while.
   auto quiet_since = Clock::now();
-  while (Clock::now() - start < std::chrono::seconds(5)) {
+  while (Clock::now() - start < std::chrono::seconds(30)) {
     const auto now = Clock::now();
     if (g_in_op.load() > 0) quiet_since = now;
     else if (now - quiet_since > std::chrono::milliseconds(20)) break;
