@@ -95,6 +95,32 @@ TEST_CASE("memory accounting follows live buffers") {
   EXPECT(memory_stats(0).allocated == before);
 }
 
+TEST_CASE("past the memory limit: OutOfMemory with the figures, before anything runs") {
+  const int64_t live = memory_stats(0).allocated;
+  set_memory_limit(0, live + 512);
+  int32_t data[256] = {};
+  bool thrown = false;
+  try {
+    upload(data, DType::kI32, {256}, 0, nullptr);
+  } catch (const OutOfMemory& e) {
+    thrown = true;
+    EXPECT(e.code() == kResourceExhausted);
+    EXPECT(e.requested == 1024 && e.allocated == live && e.limit == live + 512);
+    EXPECT(std::string(e.what()).find("Tried to allocate 1.00 KiB") != std::string::npos);
+  }
+  EXPECT(thrown);
+  EXPECT(memory_stats(0).allocated == live);  // nothing was allocated
+  EXPECT(memory_stats(0).ooms >= 1);
+  set_memory_limit(0, -1);
+  BufferPtr x = upload(data, DType::kI32, {256}, 0, nullptr);
+  EXPECT(memory_stats(0).allocated == live + 1024);
+}
+
+TEST_CASE("plugin_available answers yes and this process is no bad fork") {
+  EXPECT(plugin_available());
+  EXPECT(!in_bad_fork());
+}
+
 TEST_CASE("a bad program raises PjrtError with the plugin's message") {
   bool thrown = false;
   try {
