@@ -208,13 +208,7 @@ AotCompiler::~AotCompiler() {
 
 AotResult AotCompiler::compile(const std::string& stablehlo, const std::string& compile_options) const {
   const PJRT_Api* api = state_->api;
-  static const char kFormat[] = "mlir";
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.code = const_cast<char*>(stablehlo.data());
-  program.code_size = stablehlo.size();
-  program.format = kFormat;
-  program.format_size = sizeof(kFormat) - 1;
+  PJRT_Program program = mlir_program(stablehlo);
   PJRT_Compile_Args args{};
   args.struct_size = PJRT_Compile_Args_STRUCT_SIZE;
   args.topology = state_->topology;

@@ -87,13 +87,7 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
 std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<ArrayType> output_types,
                                     std::vector<int64_t> aliased_inputs) {
   const Plugin& p = plugin();
-  static const char kFormat[] = "mlir";
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.code = const_cast<char*>(stablehlo.data());
-  program.code_size = stablehlo.size();
-  program.format = kFormat;
-  program.format_size = sizeof(kFormat) - 1;
+  PJRT_Program program = mlir_program(stablehlo);
   const std::string& options = compile_options();
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;

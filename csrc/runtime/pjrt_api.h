@@ -5,6 +5,7 @@
 #include <pjrt_c_api.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace torchtpu::runtime {
@@ -25,6 +26,18 @@ void check(const PJRT_Api* api, PJRT_Error* error, const char* what);
 
 // Frees an error without reading it (destructors and callbacks, which must not throw). Null is fine.
 void destroy_error(const PJRT_Api* api, PJRT_Error* error);
+
+// A textual StableHLO module as a PJRT program. It points into `stablehlo`, which must outlive it.
+inline PJRT_Program mlir_program(const std::string& stablehlo) {
+  static const char kFormat[] = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = const_cast<char*>(stablehlo.data());
+  program.code_size = stablehlo.size();
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  return program;
+}
 
 // Destroys an event; the event must not be used afterwards.
 void destroy_event(const PJRT_Api* api, PJRT_Event* event);
