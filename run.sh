@@ -35,7 +35,7 @@ case "${1:-}" in
     dir="build-sanitize-${kind%%,*}"
     PATH="$PWD/.venv/bin:$PATH" cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DPython3_EXECUTABLE="$PWD/.venv/bin/python" -DTORCHTPU_SANITIZE="$kind" >/dev/null
-    PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target runtime_test graph_test view_test
+    PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target runtime_test graph_test view_test program_cache_test
     (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure)
     ;;
   *)

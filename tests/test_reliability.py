@@ -278,9 +278,6 @@ def test_eight_threads_dispatch_move_and_read_correctly():
     torch.tpu.synchronize()
 
 
-@pytest.mark.xfail(strict=True, reason="the strict-mode program cache builds on a miss without a per-key "
-                   "in-flight entry, so threads racing for one new program each compile it (5 of 8 here); "
-                   "needs compile-once in aten/op_kernel.cc + cache/ (reported to the lead, issue 13)")
 def test_racing_threads_compile_a_new_program_once():
     torchtpu.reset_metrics()
     shape = (37, 41)  # a shape no other test uses, so the program is new

@@ -306,8 +306,25 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   try {
     const uint64_t static_scalars = info.static_scalars.load();
     cache::ProgramKey key = op_key(info, *stack, first);
-    std::shared_ptr<OpSignature> signature = program_cache().find(key);
-    if (signature) {
+    // Threads racing for one new program compile it once; the others wait and take it as a hit.
+    auto build = [&] {
+      std::shared_ptr<OpSignature> built = build_op(op, info, *stack, first);
+      info.counters->compiles++;
+      watch_recompiles(info, *stack, first);
+      // A program is filed under the key of the arguments as they came (building resizes out= tensors). If
+      // the rule has just made a scalar a compile-time value, that key lacks the value: run the program
+      // once unfiled; the next call's key includes the value.
+      return std::make_pair(built, info.static_scalars.load() == static_scalars);
+    };
+    bool built = false;
+    std::shared_ptr<OpSignature> signature;
+    try {
+      signature = program_cache().find_or_build(key, build, built);
+    } catch (const DataDependentShape&) {
+      cpu_fallback(op, stack);
+      return;
+    }
+    if (!built) {
       info.counters->cache_hits++;
       // out= arguments take the shapes recorded when the program was built.
       for (const OutputBinding& write : signature->writes) {
@@ -315,19 +332,6 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         at::Tensor& out = (*stack)[first + write.arg].toTensor();
         if (out.sizes() != c10::IntArrayRef(write.sizes)) out.resize_(write.sizes);
       }
-    } else {
-      try {
-        signature = build_op(op, info, *stack, first);
-      } catch (const DataDependentShape&) {
-        cpu_fallback(op, stack);
-        return;
-      }
-      info.counters->compiles++;
-      watch_recompiles(info, *stack, first);
-      // A program is filed under the key of the arguments as they came (building resizes out= tensors). If
-      // the rule has just made a scalar a compile-time value, that key lacks the value: run the program
-      // once unfiled; the next call's key includes the value.
-      if (info.static_scalars.load() == static_scalars) program_cache().insert(key, signature);
     }
     const bool check_errors = info.check_errors_arg >= 0 && (*stack)[first + info.check_errors_arg].toBool();
     if (eager::mode() == eager::Mode::kFused && !check_errors) {

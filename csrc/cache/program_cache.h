@@ -4,12 +4,15 @@
 // its own LRU order and an equal share of the capacity (TORCHTPU_CACHE_MAX_PROGRAMS, default 4096).
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "cache/program_key.h"
@@ -29,10 +32,44 @@ class ProgramCache {
   Entry find(const ProgramKey& key) {
     Shard& s = shard(key);
     std::lock_guard<std::mutex> lock(s.mutex);
-    auto it = s.index.find(key);
-    if (it == s.index.end()) return nullptr;
-    s.order.splice(s.order.begin(), s.order, it->second);
-    return it->second->second;
+    return find_locked(s, key);
+  }
+
+  // The program of `key`, built on a miss by `build()`, which returns the program and whether to file it
+  // under `key`. Threads that miss one key at once build it once: the first builds, holding no lock (so
+  // other keys build meanwhile), and the others wait for it. A waiter finds the filed program; if the build
+  // threw or filed nothing, one waiter builds in turn with its own `build`. `built` says whether this
+  // call's `build` ran.
+  template <class Build>
+  Entry find_or_build(const ProgramKey& key, const Build& build, bool& built) {
+    Shard& s = shard(key);
+    {
+      std::unique_lock<std::mutex> lock(s.mutex);
+      while (true) {
+        if (Entry hit = find_locked(s, key)) {
+          built = false;
+          return hit;
+        }
+        if (s.building.insert(key).second) break;
+        s.built.wait(lock);
+      }
+    }
+    // Runs however the build ends, so waiters never wait for a build that threw.
+    struct Finish {
+      Shard& s;
+      const ProgramKey& key;
+      ~Finish() {
+        {
+          std::lock_guard<std::mutex> lock(s.mutex);
+          s.building.erase(key);
+        }
+        s.built.notify_all();
+      }
+    } finish{s, key};
+    std::pair<Entry, bool> result = build();
+    if (result.second) insert(key, result.first);
+    built = true;
+    return std::move(result.first);
   }
 
   // Adds (or replaces) `key`, evicting the shard's least recently used entry when it is full.
@@ -70,8 +107,18 @@ class ProgramCache {
     std::mutex mutex;
     std::list<std::pair<ProgramKey, Entry>> order;  // most recently used first
     std::unordered_map<ProgramKey, typename std::list<std::pair<ProgramKey, Entry>>::iterator, ProgramKeyHash> index;
+    std::unordered_set<ProgramKey, ProgramKeyHash> building;  // keys a thread is building now
+    std::condition_variable built;                           // a build of this shard ended
   };
   Shard& shard(const ProgramKey& key) { return shards_[(key.hash() >> 7) % kShards]; }
+
+  // With s.mutex held.
+  static Entry find_locked(Shard& s, const ProgramKey& key) {
+    auto it = s.index.find(key);
+    if (it == s.index.end()) return nullptr;
+    s.order.splice(s.order.begin(), s.order, it->second);
+    return it->second->second;
+  }
 
   size_t shard_capacity_;
   std::array<Shard, kShards> shards_;
