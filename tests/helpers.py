@@ -7,11 +7,21 @@ import textwrap
 import torchtpu
 
 
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
+def _child_env(env: dict) -> dict:
     full_env = dict(os.environ)
     python_dir = os.path.dirname(os.path.dirname(os.path.abspath(torchtpu.__file__)))
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (python_dir, full_env.get("PYTHONPATH")) if p)
     full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
+    return full_env
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_child_env(env), capture_output=True,
                           text=True, timeout=600)
+
+
+def start_python(code: str, **env: str) -> subprocess.Popen:
+    """Like run_python, but returns at once: the caller reads the child's output as it comes (text pipes)."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=_child_env(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

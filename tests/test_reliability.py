@@ -1,13 +1,15 @@
-"""Reliability: out-of-memory, memory figures, fork, interpreter exit, threads (docs/reliability.md)."""
+"""Reliability: out-of-memory, memory figures, fork, interpreter exit, threads, Ctrl-C (docs/reliability.md)."""
 from __future__ import annotations
 
+import signal
 import threading
+import time
 
 import pytest
 import torch
 
 import torchtpu
-from helpers import run_python
+from helpers import run_python, start_python
 
 # What the CPU plugin prints on stderr when its client starts; anything else on stderr is a failure.
 PLUGIN_LOG_LINES = ("All log messages before absl::InitializeLog()", "cpu_device_count set via create_options")
@@ -299,3 +301,77 @@ def test_racing_threads_compile_a_new_program_once():
     assert ops["aten::hardtanh"]["compiles"] == 1, ops["aten::hardtanh"]
     assert ops["aten::hardtanh"]["executions"] == 8
     assert all(counters["fallbacks"] == 0 for counters in ops.values()), ops
+
+
+# ---- Ctrl-C -------------------------------------------------------------------------------------------
+
+# Fused mode records about 1200 ops, then .item() compiles them as one program, which takes seconds.
+LONG_COMPILE = """
+    import time, torch, torchtpu
+    torchtpu.eager_mode("fused")
+    x = torch.rand(32, 32, device="tpu")
+    for _ in range(400):
+        x = torch.softmax(x @ x.T, -1) + 0.5
+    print("compiling", flush=True)
+    try:
+        x.sum().item()
+        print("finished before the signal", flush=True)
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("interrupted", torchtpu.metrics()["fused"]["compiles"], flush=True)
+    torchtpu.eager_mode("strict")
+    print("usable", (torch.ones(3, device="tpu") * 2).sum().item(), torch.allclose(x.sum().cpu(), x.cpu().sum()))
+"""
+
+
+def test_ctrl_c_during_a_long_compile_raises_keyboard_interrupt_and_the_process_goes_on():
+    # The compile cannot be cut short (it runs in the plugin, without the GIL); the interrupt is raised
+    # when the op returns, and the program it compiled is kept.
+    child = start_python(LONG_COMPILE, TORCHTPU_DISK_CACHE="0")
+    try:
+        line = child.stdout.readline()
+        if line.strip() == "compiling":
+            time.sleep(0.5)
+            child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=300)
+    finally:
+        child.kill()
+    assert line.strip() == "compiling", err[-3000:]
+    assert child.returncode == 0, err[-3000:]
+    assert out.split() == ["interrupted", "1", "usable", "6.0", "True"], out
+    assert unexpected_stderr(err) == []
+
+
+# A Ctrl-C while an op's output shapes are inferred: many meta kernels are Python, where the
+# KeyboardInterrupt is raised. Before, the op took it for a shape the meta kernel cannot infer, ran on the
+# CPU fallback ("aten::mul.Tensor is not lowered") and the interrupt was lost.
+CTRL_C_IN_META_KERNEL = """
+    import os, signal, warnings
+    import torch, torchtpu
+    from torch._decomp import global_decomposition_table
+    meta_mul = global_decomposition_table["post_autograd"][torch.ops.aten.mul.Tensor]
+    sent = []
+    def meta_mul_interrupted(a, b):
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C arrives now
+        return meta_mul(a, b)
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        library.impl("mul.Tensor", meta_mul_interrupted, "Meta")
+    x = torch.ones(5, 3, device="tpu")
+    try:
+        x * x
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    print("usable", (x * x).sum().item(), torchtpu.metrics()["ops"]["aten::mul.Tensor"]["fallbacks"])
+"""
+
+
+def test_ctrl_c_in_a_python_meta_kernel_raises_keyboard_interrupt_not_the_cpu_fallback():
+    result = run_python(CTRL_C_IN_META_KERNEL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["interrupted", "usable", "15.0", "0"], result.stdout
+    assert "not lowered" not in result.stderr

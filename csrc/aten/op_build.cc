@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <cstdlib>
 #include <unordered_map>
@@ -94,13 +95,12 @@ std::vector<c10::IValue> cpu_stand_ins(const torch::jit::Stack& stack, size_t fi
   return args;
 }
 
-// Reruns a failing op on CPU stand-ins of its arguments and throws CPU's error, if CPU raises one; throws
-// DataDependentShape if CPU accepts them. Only reached on the error path.
+// Reruns a failing op on CPU stand-ins of its arguments and throws CPU's error, if CPU raises one. Only
+// reached on the error path.
 void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
   std::vector<c10::IValue> args = cpu_stand_ins(stack, first);
   torch::jit::Stack cpu_stack(args.begin(), args.end());
   op.callBoxed(&cpu_stack);  // throws CPU's error, which is what we want the user to see
-  throw DataDependentShape{};
 }
 
 // Ops whose meta kernels describe other outputs than CPU's kernels return: in eval mode batch norm saves
@@ -280,19 +280,32 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   const size_t num_args = stack.size() - first;
   // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
   // meta_args keeps the meta arguments alive: out= and other mutated ones are resized by the meta kernel.
-  std::vector<c10::IValue> meta_args;
-  if (shaped_on_cpu(info.name)) {
-    meta_args = cpu_stand_ins(stack, first);
-  } else {
-    for (size_t i = first; i < stack.size(); ++i) meta_args.push_back(to_meta(stack[i]));
-  }
+  auto shape_args = [&] {
+    if (shaped_on_cpu(info.name)) return cpu_stand_ins(stack, first);
+    std::vector<c10::IValue> args;
+    for (size_t i = first; i < stack.size(); ++i) args.push_back(to_meta(stack[i]));
+    return args;
+  };
+  std::vector<c10::IValue> meta_args = shape_args();
   torch::jit::Stack meta_stack(meta_args.begin(), meta_args.end());
   try {
     op.callBoxed(&meta_stack);
   } catch (...) {
+    const std::exception_ptr meta_error = std::current_exception();
     // Some meta kernels (several are Python) word their errors differently from CPU's; the user should
     // read CPU's message.
     check_arguments_on_cpu(op, stack, first);
+    // CPU accepts the arguments. A meta kernel that cannot know this call's output shapes fails again; one
+    // that now succeeds failed for a reason of its own, such as a Ctrl-C raised as KeyboardInterrupt inside
+    // a Python meta kernel, which must reach the caller instead of sending the op to the CPU fallback.
+    std::vector<c10::IValue> retry_args = shape_args();
+    torch::jit::Stack retry(retry_args.begin(), retry_args.end());
+    try {
+      op.callBoxed(&retry);
+    } catch (...) {
+      throw DataDependentShape{};
+    }
+    std::rethrow_exception(meta_error);
   }
   auto signature = std::make_shared<OpSignature>();
   signature->uses_rng = info.rule->uses_rng;
