@@ -293,6 +293,7 @@ void flush_trace(const char* reason) {
     try {
       if (!op_by_op_requested()) {
         program->executable = cache::load_or_compile(text, std::move(result_types), program->aliased_externals);
+        program->executable->set_name("fused program of " + std::to_string(trace.ops.size()) + " ops");
       }
     } catch (const runtime::PjrtError& e) {
       // Every op program compiled on its own, so the trace can still run op by op; remembered per key.

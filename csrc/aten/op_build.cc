@@ -464,6 +464,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   std::vector<int64_t> aliased;
   for (const auto& donation : signature->donations) aliased.push_back(static_cast<int64_t>(donation.first));
   signature->executable = cache::load_or_compile(text, std::move(result_types), std::move(aliased));
+  signature->executable->set_name(info.name);
   static std::atomic<uint64_t> next_id{1};
   signature->id = next_id++;
   signature->text = text;

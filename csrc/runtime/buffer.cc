@@ -108,8 +108,9 @@ void on_host_buffer_done(PJRT_Error* error, void* user_arg) {
 
 }  // namespace
 
-Buffer::Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device)
-    : pjrt_buffer_(pjrt_buffer), dtype_(dtype), dims_(std::move(dims)), device_(device) {
+Buffer::Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device,
+               std::shared_ptr<const std::string> producer)
+    : pjrt_buffer_(pjrt_buffer), dtype_(dtype), dims_(std::move(dims)), device_(device), producer_(std::move(producer)) {
   account(device_, static_cast<int64_t>(nbytes()));
 }
 
@@ -183,7 +184,10 @@ void download(const Buffer& buffer, void* dst) {
   args.dst = dst;
   args.dst_size = buffer.nbytes();
   check(p.api, p.api->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
-  await_event(p.api, args.event, "device-to-host transfer");
+  // An error here comes from the producer (or from an op whose result it read), which ran asynchronously.
+  const std::string what = buffer.producer() == nullptr ? std::string("device-to-host transfer")
+                                                        : "device-to-host transfer of a result of " + *buffer.producer();
+  await_event(p.api, args.event, what.c_str());
   exit_gate();
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -11,10 +12,12 @@
 namespace torchtpu::runtime {
 
 // Owns one PJRT buffer (dense, row-major). Destroying it frees the device memory; the plugin keeps the
-// memory alive until pending executions that read it are done.
+// memory alive until pending executions that read it are done. `producer` names the program whose output
+// it is (null for an upload), so an execution error that surfaces when it is read says where it came from.
 class Buffer {
  public:
-  Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device);
+  Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device,
+         std::shared_ptr<const std::string> producer = nullptr);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -24,6 +27,8 @@ class Buffer {
   int device() const { return device_; }
   int64_t numel() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype_); }
+  // The program whose output this is; null for an upload.
+  const std::string* producer() const { return producer_.get(); }
   // The PJRT_Buffer*, for runtime/ only.
   void* pjrt() const { return pjrt_buffer_; }
   // Called when an execution took this buffer's memory for an output: its bytes stop counting as live
@@ -36,6 +41,7 @@ class Buffer {
   DType dtype_;
   std::vector<int64_t> dims_;
   int device_;
+  std::shared_ptr<const std::string> producer_;
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
@@ -45,10 +51,11 @@ BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims
                  std::function<void()> release_host);
 
 // Copies the whole buffer into `dst` (buffer.nbytes() bytes) and waits. Errors from the computation that
-// produced the buffer surface here.
+// produced the buffer surface here, naming its producer.
 void download(const Buffer& buffer, void* dst);
 
-// Blocks until every execution queued on `device` so far has finished; throws the first error among them.
+// Blocks until every execution queued on `device` so far has finished; throws the first error among them
+// (in launch order, so the program that failed first), naming the program and keeping the PJRT code.
 void synchronize(int device);
 
 // Live-byte accounting of one device. Device memory is freed as soon as the last tensor using a buffer dies

@@ -12,7 +12,8 @@ namespace torchtpu::runtime {
 Executable::Executable(void* loaded_executable, std::vector<ArrayType> output_types, std::vector<int64_t> aliased_inputs)
     : loaded_executable_(loaded_executable),
       output_types_(std::move(output_types)),
-      aliased_inputs_(std::move(aliased_inputs)) {}
+      aliased_inputs_(std::move(aliased_inputs)),
+      name_(std::make_shared<const std::string>("a program")) {}
 
 Executable::~Executable() {
   if (in_bad_fork()) return;  // the parent's executable; this process has no client to free it with
@@ -77,9 +78,9 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   std::vector<BufferPtr> results;
   results.reserve(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
-    results.push_back(std::make_shared<Buffer>(outputs[i], output_types_[i].dtype, output_types_[i].dims, device));
+    results.push_back(std::make_shared<Buffer>(outputs[i], output_types_[i].dtype, output_types_[i].dims, device, name_));
   }
-  track_execution(device, done);
+  track_execution(device, done, name_);
   exit_gate();  // a thread must not go back to take the GIL while the interpreter is exiting
   return results;
 }

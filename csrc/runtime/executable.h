@@ -31,6 +31,10 @@ class Executable {
   std::vector<BufferPtr> execute(int device, const std::vector<const Buffer*>& arguments,
                                  const std::vector<int64_t>& kept = {}) const;
   const std::vector<ArrayType>& output_types() const { return output_types_; }
+  // What launches this program ("aten::add.Tensor", "fused program of 12 ops"). An execution error
+  // surfaces later, at a sync point or a read, and names it. Set before the first execution.
+  void set_name(std::string name) { name_ = std::make_shared<const std::string>(std::move(name)); }
+  const std::string& name() const { return *name_; }
   const std::vector<int64_t>& aliased_inputs() const { return aliased_inputs_; }
   // The plugin's serialized form of the compiled program, loadable by the same plugin build
   // (deserialize below); how the on-disk program cache stores it.
@@ -40,6 +44,7 @@ class Executable {
   void* loaded_executable_;
   std::vector<ArrayType> output_types_;
   std::vector<int64_t> aliased_inputs_;  // argument indices the program may donate to an output
+  std::shared_ptr<const std::string> name_;  // shared with its pending executions and output buffers
 };
 
 // Compiles a StableHLO module given as MLIR text. `output_types` describe the results, in order;

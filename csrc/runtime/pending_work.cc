@@ -7,6 +7,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,11 +23,16 @@ namespace {
 // Finished events are dropped in batches: polling after every execution would cost a plugin call per op.
 constexpr size_t kPollEvery = 64;
 
+struct PendingExecution {
+  PJRT_Event* done;
+  std::shared_ptr<const std::string> program;  // its name, for the error message
+};
+
 // One device's queued executions. Each device has its own lock, so threads driving different devices
 // never meet here.
 struct PendingDevice {
   std::mutex mutex;
-  std::deque<PJRT_Event*> events;
+  std::deque<PendingExecution> executions;
 };
 
 PendingDevice& pending(int device) {
@@ -51,26 +58,26 @@ bool is_ready(const PJRT_Api* api, PJRT_Event* event) {
 
 }  // namespace
 
-void track_execution(int device, PJRT_Event* done) {
+void track_execution(int device, PJRT_Event* done, std::shared_ptr<const std::string> program) {
   PendingDevice& queue = pending(device);
   std::lock_guard<std::mutex> lock(queue.mutex);
-  std::deque<PJRT_Event*>& events = queue.events;
-  events.push_back(done);
-  if (events.size() % kPollEvery != 0) return;
+  std::deque<PendingExecution>& executions = queue.executions;
+  executions.push_back({done, std::move(program)});
+  if (executions.size() % kPollEvery != 0) return;
   // Drop finished work from the front (keeping any that failed, so synchronize reports the error), so
   // the list stays short in a long eager loop.
   const PJRT_Api* api = plugin().api;
-  while (events.size() > 1 && is_ready(api, events.front())) {
+  while (executions.size() > 1 && is_ready(api, executions.front().done)) {
     PJRT_Event_Error_Args error_args{};
     error_args.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE;
-    error_args.event = events.front();
+    error_args.event = executions.front().done;
     PJRT_Error* error = api->PJRT_Event_Error(&error_args);
     if (error != nullptr) {
       destroy_error(api, error);
       break;
     }
-    destroy_event(api, events.front());
-    events.pop_front();
+    destroy_event(api, executions.front().done);
+    executions.pop_front();
   }
 }
 
@@ -78,23 +85,24 @@ void synchronize(int device) {
   const OpScope scope;  // a thread returning from a wait must not meet an exiting interpreter
   exit_gate();
   const PJRT_Api* api = plugin().api;
-  std::deque<PJRT_Event*> events;
+  std::deque<PendingExecution> executions;
   {
     PendingDevice& queue = pending(device);
     std::lock_guard<std::mutex> lock(queue.mutex);
-    events.swap(queue.events);
+    executions.swap(queue.executions);
   }
-  // Await every event even after a failure, so none leaks; then report the first failure.
-  std::string first_error;
-  for (PJRT_Event* event : events) {
+  // Await every event even after a failure, so none leaks; then report the first failure, which names the
+  // program that launched it: the error surfaces here, long after the op returned.
+  std::optional<PjrtError> first_error;
+  for (const PendingExecution& execution : executions) {
     try {
-      await_event(api, event, "execution");
-    } catch (const std::exception& e) {
-      if (first_error.empty()) first_error = e.what();
+      await_event(api, execution.done, ("asynchronous execution of " + *execution.program).c_str());
+    } catch (const PjrtError& e) {
+      if (!first_error) first_error = e;
     }
   }
   exit_gate();
-  if (!first_error.empty()) throw PjrtError(13, first_error);
+  if (first_error) throw *first_error;
 }
 
 // ---- process exit ---------------------------------------------------------------------------------------

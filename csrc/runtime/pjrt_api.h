@@ -5,6 +5,7 @@
 #include <pjrt_c_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,9 @@ void destroy_event(const PJRT_Api* api, PJRT_Event* event);
 // Blocks until `event` is ready, destroys it, and throws if it carries an error.
 void await_event(const PJRT_Api* api, PJRT_Event* event, const char* what);
 
-// Hands the completion event of one execution on `device` to the pending-work list that synchronize()
-// drains. Takes ownership of the event.
-void track_execution(int device, PJRT_Event* done);
+// Hands the completion event of one execution of `program` (its name) on `device` to the pending-work
+// list that synchronize() drains. Takes ownership of the event.
+void track_execution(int device, PJRT_Event* done, std::shared_ptr<const std::string> program);
 
 // Like check(), but a RESOURCE_EXHAUSTED error becomes OutOfMemory naming `requested` bytes on `device`
 // and the device's live and peak bytes.

@@ -6,6 +6,7 @@
 #include "runtime/compile_options.h"
 #include "runtime/error.h"
 #include "runtime/executable.h"
+#include "runtime/pjrt_api.h"
 #include "runtime/plugin.h"
 #include "testing/check.h"
 
@@ -28,7 +29,104 @@ const char* kAliasedAddProgram = R"(module @add_in_place {
   }
 })";
 
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A device buffer whose contents are still to come from the host; fail() makes it an error buffer, as a
+// failed computation's output is, after executions that read it were launched.
+class PendingInput {
+ public:
+  explicit PendingInput(const std::vector<int64_t>& dims) {
+    const Plugin& p = plugin();
+    PJRT_Device_DefaultMemory_Args memory{};
+    memory.struct_size = PJRT_Device_DefaultMemory_Args_STRUCT_SIZE;
+    memory.device = p.devices.at(0);
+    check(p.api, p.api->PJRT_Device_DefaultMemory(&memory), "PJRT_Device_DefaultMemory");
+    PJRT_ShapeSpec spec{};
+    spec.struct_size = PJRT_ShapeSpec_STRUCT_SIZE;
+    spec.dims = dims.data();
+    spec.num_dims = dims.size();
+    spec.element_type = PJRT_Buffer_Type_F32;
+    PJRT_Client_CreateBuffersForAsyncHostToDevice_Args create{};
+    create.struct_size = PJRT_Client_CreateBuffersForAsyncHostToDevice_Args_STRUCT_SIZE;
+    create.client = p.client;
+    create.shape_specs = &spec;
+    create.num_shape_specs = 1;
+    create.memory = memory.memory;
+    check(p.api, p.api->PJRT_Client_CreateBuffersForAsyncHostToDevice(&create),
+          "PJRT_Client_CreateBuffersForAsyncHostToDevice");
+    manager_ = create.transfer_manager;
+    PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args retrieve{};
+    retrieve.struct_size = PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args_STRUCT_SIZE;
+    retrieve.transfer_manager = manager_;
+    check(p.api, p.api->PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer(&retrieve),
+          "PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer");
+    buffer = std::make_shared<Buffer>(retrieve.buffer_out, DType::kF32, dims, 0);
+  }
+  ~PendingInput() {
+    PJRT_AsyncHostToDeviceTransferManager_Destroy_Args destroy{};
+    destroy.struct_size = PJRT_AsyncHostToDeviceTransferManager_Destroy_Args_STRUCT_SIZE;
+    destroy.transfer_manager = manager_;
+    destroy_error(plugin().api, plugin().api->PJRT_AsyncHostToDeviceTransferManager_Destroy(&destroy));
+  }
+  void fail(const std::string& message) {
+    PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args args{};
+    args.struct_size = PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args_STRUCT_SIZE;
+    args.transfer_manager = manager_;
+    args.error_code = PJRT_Error_Code_DATA_LOSS;
+    args.error_message = message.data();
+    args.error_message_size = message.size();
+    check(plugin().api, plugin().api->PJRT_AsyncHostToDeviceTransferManager_SetBufferError(&args),
+          "PJRT_AsyncHostToDeviceTransferManager_SetBufferError");
+  }
+  BufferPtr buffer;
+
+ private:
+  PJRT_AsyncHostToDeviceTransferManager* manager_ = nullptr;
+};
+
 }  // namespace
+
+TEST_CASE("an asynchronous execution error names its program, keeps its code and stalls nothing") {
+  float a[4] = {1, 2, 3, 4};
+  BufferPtr x = upload(a, DType::kF32, {4}, 0, nullptr);
+  synchronize(0);
+  auto first = compile(kAddProgram, {{DType::kF32, {4}}});
+  first->set_name("aten::first_op");
+  auto second = compile(kAddProgram, {{DType::kF32, {4}}});
+  second->set_name("aten::second_op");
+  PendingInput input({4});
+  // Both executions are launched (the calls return) before the failure exists.
+  auto failed = first->execute(0, {input.buffer.get(), x.get()});
+  auto downstream = second->execute(0, {failed[0].get(), x.get()});
+  input.fail("injected failure");
+  std::string message;
+  int code = 0;
+  try {
+    synchronize(0);
+  } catch (const PjrtError& e) {
+    message = e.what();
+    code = e.code();
+  }
+  // The CPU plugin reports a computation whose input failed as INTERNAL ("Compute error: ..."); the
+  // message and the exception keep that code.
+  EXPECT(contains(message, "asynchronous execution of aten::first_op failed (INTERNAL)"));
+  EXPECT(contains(message, "injected failure"));
+  EXPECT(code == PJRT_Error_Code_INTERNAL);
+  message.clear();
+  float out[4] = {};
+  try {
+    download(*downstream[0], out);
+  } catch (const PjrtError& e) {
+    message = e.what();
+  }
+  EXPECT(contains(message, "device-to-host transfer of a result of aten::second_op failed"));
+  EXPECT(contains(message, "injected failure"));
+  // Later work runs, and the error was reported once.
+  auto later = first->execute(0, {x.get(), x.get()});
+  download(*later[0], out);
+  EXPECT(out[3] == 8);
+  synchronize(0);
+}
 
 TEST_CASE("an aliased argument is donated unless kept") {
   float a[4] = {1, 2, 3, 4};
