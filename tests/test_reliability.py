@@ -1,6 +1,8 @@
-"""Reliability: out-of-memory, memory figures, fork, interpreter exit, threads, Ctrl-C (docs/reliability.md)."""
+"""Reliability: out-of-memory, memory figures, fork, interpreter exit, threads, Ctrl-C, soak (docs/reliability.md)."""
 from __future__ import annotations
 
+import json
+import pathlib
 import signal
 import threading
 import time
@@ -375,3 +377,23 @@ def test_ctrl_c_in_a_python_meta_kernel_raises_keyboard_interrupt_not_the_cpu_fa
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["interrupted", "usable", "15.0", "0"], result.stdout
     assert "not lowered" not in result.stderr
+
+
+# ---- soak ---------------------------------------------------------------------------------------------
+
+def test_short_soak_keeps_memory_flat_and_compiles_nothing_after_warm_up(tmp_path):
+    # bench/soak.py in each eager mode, each in a fresh process; --check fails on host memory growth, device
+    # memory beyond the scalar-operand cache, or a compile after warm-up. The 10,000-step run is in
+    # docs/reliability.md.
+    soak = pathlib.Path(__file__).resolve().parent.parent / "bench" / "soak.py"
+    result = run_python(f"""
+        import runpy, sys
+        sys.argv = [{str(soak)!r}, "--steps", "120", "--every", "10", "--warmup", "60", "--out", {str(tmp_path)!r},
+                    "--check"]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    """)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    summaries = json.loads((tmp_path / "soak.json").read_text())["modes"]
+    assert set(summaries) == {"strict", "fused"}
+    for mode, run in summaries.items():
+        assert run["summary"]["compiles_after_warmup"] == 0, (mode, run["summary"])
