@@ -1,6 +1,9 @@
 // Runtime tests against the real plugin named by TORCHTPU_PJRT_PLUGIN (ctest sets it).
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "runtime/buffer.h"
 #include "runtime/compile_options.h"
@@ -247,6 +250,30 @@ TEST_CASE("synchronize waits for work whose results were already freed") {
   float out[4] = {};
   download(*outputs[0], out);
   EXPECT(out[1] == 4);
+}
+
+TEST_CASE("8 threads upload, execute, read back and synchronize at once") {
+  auto exe = compile(kAddProgram, {{DType::kF32, {4}}});
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const float v = static_cast<float>(t * 100 + i);
+        float a[4] = {v, v, v, v};
+        BufferPtr x = upload(a, DType::kF32, {4}, 0, nullptr);
+        auto y = exe->execute(0, {x.get(), x.get()});
+        float out[4] = {};
+        download(*y[0], out);
+        if (out[0] != 2 * v || out[3] != 2 * v) wrong++;
+        if (i % 10 == 0) synchronize(0);
+        if (memory_stats(0).allocated < 0) wrong++;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  synchronize(0);
+  EXPECT(wrong == 0);
 }
 
 int main() { return torchtpu::testing::run_all(); }
