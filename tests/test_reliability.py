@@ -307,9 +307,14 @@ def test_racing_threads_compile_a_new_program_once():
 
 # ---- Ctrl-C -------------------------------------------------------------------------------------------
 
+# Python raises KeyboardInterrupt on SIGINT only if the signal was not ignored when it started, and a
+# process started in the background by a non-interactive shell (CI, `cmd &`) inherits SIGINT ignored.
+DEFAULT_SIGINT = "signal.signal(signal.SIGINT, signal.default_int_handler)"
+
 # Fused mode records about 1200 ops, then .item() compiles them as one program, which takes seconds.
-LONG_COMPILE = """
-    import time, torch, torchtpu
+LONG_COMPILE = f"""
+    import signal, time, torch, torchtpu
+    {DEFAULT_SIGINT}
     torchtpu.eager_mode("fused")
     x = torch.rand(32, 32, device="tpu")
     for _ in range(400):
@@ -347,9 +352,10 @@ def test_ctrl_c_during_a_long_compile_raises_keyboard_interrupt_and_the_process_
 # A Ctrl-C while an op's output shapes are inferred: many meta kernels are Python, where the
 # KeyboardInterrupt is raised. Before, the op took it for a shape the meta kernel cannot infer, ran on the
 # CPU fallback ("aten::mul.Tensor is not lowered") and the interrupt was lost.
-CTRL_C_IN_META_KERNEL = """
+CTRL_C_IN_META_KERNEL = f"""
     import os, signal, warnings
     import torch, torchtpu
+    {DEFAULT_SIGINT}
     from torch._decomp import global_decomposition_table
     meta_mul = global_decomposition_table["post_autograd"][torch.ops.aten.mul.Tensor]
     sent = []
