@@ -39,6 +39,16 @@ case "${1:-}" in
     PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target runtime_test graph_test view_test program_cache_test
     (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
       TSAN_OPTIONS="suppressions=$PWD/csrc/testing/tsan_suppressions.txt" ctest --output-on-failure)
+    if [ "$kind" = thread ]; then
+      # The Python threading tests through the extension built with TSan (libtsan preloaded, as Python is
+      # not built with it); any report fails the run (TSan's exit status 66).
+      PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target _C
+      rm -rf "$dir/python" && mkdir -p "$dir/python" && cp -r python/torchtpu "$dir/python/"
+      cp "$dir"/_C.*.so "$dir/python/torchtpu/"
+      PYTHONPATH="$PWD/$dir/python" LD_PRELOAD="$(${CXX:-g++} -print-file-name=libtsan.so.2)" \
+        TSAN_OPTIONS="suppressions=$PWD/csrc/testing/tsan_suppressions.txt" \
+        .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_reliability.py -k threads
+    fi
     ;;
   *)
     echo "usage: ./run.sh demo|test|sanitize" >&2
