@@ -444,9 +444,7 @@ def test_edge_cases():
     check(lambda a, b: torch.cat([a, b], 0), torch.randn(2, 3).bfloat16(), torch.randn(1, 3).bfloat16())
 
 
-@pytest.mark.xfail(strict=True, reason="out-of-range indices are clamped/dropped by XLA; PyTorch raises. "
-                   "Needs a device-side bounds check, which does not exist yet")
-def test_out_of_range_index_raises():
+def test_out_of_range_index_raises():  # a device-side value check; tests/test_value_checks.py has them all
     x = tpu(torch.randn(3, 4))
     with pytest.raises((IndexError, RuntimeError)):
         x[tpu(torch.tensor([3]))].cpu()

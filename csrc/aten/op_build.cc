@@ -16,6 +16,7 @@
 #include "aten/op_key.h"
 #include "aten/scalar_operands.h"
 #include "aten/storage.h"
+#include "aten/value_checks.h"
 #include "aot/recorder.h"
 #include "cache/disk_cache.h"
 #include "lowering/view.h"
@@ -355,6 +356,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   ProgramBuilder builder(*signature);
   ir::Graph& g = builder.graph();
   lowering::LoweringContext ctx{g, {}, outputs, to_dtype(common_dtype(stack, first)), {}, info.rule->op};
+  ctx.value_checks = value_checks_enabled();
   for (size_t i = 0; i < num_args; ++i) {
     const c10::IValue& v = stack[first + i];
     Arg a;
@@ -417,6 +419,9 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     const bool list = ctx.args[i].kind == Arg::Kind::kDoubleList;
     builder.adopt(ctx.args[i].operand, {list ? ParamSource::Kind::kScalarList : ParamSource::Kind::kScalar, i});
   }
+  // A program that checks values reads the device's error state as its last parameter.
+  ir::Value check_state;
+  if (!ctx.checks.empty()) check_state = builder.parameter(ir::Type{DType::kI64, {3}}, {ParamSource::Kind::kCheckState});
   TORCH_INTERNAL_ASSERT(g.num_parameters() == signature->params.size(), "rule for ", info.name,
                         " created a program parameter outside its context");
   uint64_t read_statically = 0;
@@ -455,8 +460,16 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     program_results.push_back(value);
     result_types.push_back({binding.buffer_dtype, binding.buffer_dims});
   }
-  g.set_results(program_results);
   signature->first_write = program_results.size() - signature->writes.size();
+  // ... and returns it, updated by its checks, as its last result.
+  if (check_state.valid()) {
+    std::vector<int64_t> ids;
+    for (const lowering::ValueCheck& check : ctx.checks) ids.push_back(register_check(info.name, check));
+    program_results.push_back(lowering::fold_checks(g, check_state, ctx.checks, ids));
+    result_types.push_back({DType::kI64, {3}});
+    signature->checks_values = true;
+  }
+  g.set_results(program_results);
   builder.alias_donations(signature->first_write);
   const std::string text = g.emit();
   if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());

@@ -22,6 +22,7 @@
 #include "aten/scalar_operands.h"
 #include "aten/storage.h"
 #include "aten/storage_ops.h"
+#include "aten/value_checks.h"
 #include "cache/program_cache.h"
 #include "eager/driver.h"
 #include "runtime/error.h"
@@ -121,6 +122,8 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
       std::memcpy(host.mutable_data_ptr(), seed_offset.data(), sizeof(seed_offset));
       return upload_contiguous(host, device);
     }
+    case ParamSource::Kind::kCheckState:
+      return storage_buffer(check_state(device).tensor);
   }
   return nullptr;
 }
@@ -170,6 +173,11 @@ void push_returns(const OpInfo& info, const OpSignature& signature, torch::jit::
 
 void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& stack, size_t first,
          c10::DeviceIndex device) {
+  // A checked program replaces the device's error state: another thread's checked op waits from this read
+  // to the new state, so neither loses the other's failure.
+  CheckState* checks = signature.checks_values ? &check_state(device) : nullptr;
+  std::unique_lock<std::mutex> checks_lock;
+  if (checks) checks_lock = std::unique_lock<std::mutex>(checks->mutex);
   c10::SmallVector<runtime::BufferPtr, 8> held;  // keeps every input alive through the call
   std::vector<const runtime::Buffer*> raw;
   raw.reserve(signature.params.size());
@@ -198,6 +206,10 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
   push_returns(info, signature, stack, first, [&](const OutputBinding&, const c10::Storage& storage, size_t output) {
     storage_handle(storage).set_buffer(std::move(outputs[output]));
   });
+  if (checks) {
+    storage_handle(checks->tensor).set_buffer(std::move(outputs.back()));
+    checks->unread = true;
+  }
 }
 
 // Fused mode: the call joins the trace instead of running; its results are pending values.
@@ -210,6 +222,8 @@ void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, t
   for (const ParamSource& source : signature->params) {
     if (source.kind == ParamSource::Kind::kStorage || source.kind == ParamSource::Kind::kWriteBase) {
       sources.push_back(trace.storage(tensors.get(source.arg, source.element)));
+    } else if (source.kind == ParamSource::Kind::kCheckState) {
+      sources.push_back(trace.storage(check_state(device).tensor));  // chained through the trace like any value
     } else {
       sources.push_back(trace.external(param_buffer(source, stack, first, tensors, device, signature->rng_draws)));
     }
@@ -224,6 +238,12 @@ void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, t
   push_returns(info, *signature, stack, first, [&](const OutputBinding& binding, const c10::Storage& storage, size_t output) {
     trace.bind(op, static_cast<int>(output), storage, binding.buffer_dtype, binding.buffer_dims);
   });
+  if (signature->checks_values) {
+    CheckState& checks = check_state(device);
+    const int last = static_cast<int>(signature->executable->output_types().size()) - 1;
+    trace.bind(op, last, checks.tensor.storage(), DType::kI64, {3});
+    checks.unread = true;
+  }
 }
 
 // Index tensors in Tensor?[] / Tensor[] arguments may live on the CPU, as with CUDA: copy them over.
@@ -339,6 +359,8 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else {
       run(info, *signature, *stack, first, device);
     }
+    // Debug mode: a failed value check raises at the op that made it.
+    if (signature->checks_values && eager::mode() == eager::Mode::kDebug) raise_value_errors(device);
     // What the CPU kernels do with check_errors=True: raise PyTorch's error for the first failed matrix.
     if (check_errors) {
       const at::Tensor& info_tensor = stack->back().toTensor();

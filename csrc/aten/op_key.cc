@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "aten/storage.h"
+#include "aten/value_checks.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -114,6 +115,7 @@ std::vector<at::Tensor> list_elements(const c10::IValue& v) {
 cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
   cache::ProgramKey key;
   key.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&info)));
+  key.add(value_checks_enabled());  // whether the program makes its rule's value checks
   const uint64_t static_scalars = info.static_scalars.load(std::memory_order_relaxed);
   for (size_t i = first; i < stack.size(); ++i) {
     const size_t arg = i - first;

@@ -10,7 +10,7 @@
 
 namespace torchtpu::aten {
 
-// The op, then per argument what shapes its program:
+// The op and whether value checks are on, then per argument what shapes its program:
 //   device tensor: dtype, sizes, strides, the storage's element type and length (the storage offset of a
 //                  view over part of its storage is an operand);
 //   0-dim CPU tensor: dtype and whether it is a wrapped Python number (type promotion differs), not its value;

@@ -28,6 +28,7 @@ struct ParamSource {
     kOffset,       // the storage offset (elements) of a tensor argument's view, as i64
     kRngState,     // the generator's (seed, offset) for this call
     kWriteBase,    // the whole storage of a mutated argument, which a partial write scatters into
+    kCheckState,   // the device's value-check error state (aten/value_checks.h)
   };
   Kind kind;
   size_t arg = 0;    // argument index (not used by kRngState)
@@ -71,6 +72,8 @@ struct OpSignature {
   std::vector<std::pair<size_t, size_t>> donations;
   bool uses_rng = false;
   int64_t rng_draws = 0;
+  // The program makes value checks: its last result is the device's new error state.
+  bool checks_values = false;
 };
 
 }  // namespace torchtpu::aten

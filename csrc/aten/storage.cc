@@ -9,6 +9,7 @@
 #include "aten/device_error.h"
 #include "aten/fused.h"
 #include "aten/metrics.h"
+#include "aten/value_checks.h"
 #include "lowering/view.h"
 
 namespace torchtpu::aten {
@@ -133,6 +134,7 @@ runtime::BufferPtr upload_contiguous(const at::Tensor& host, int device) {
 }
 
 at::Tensor download(const at::Tensor& tensor) {
+  raise_value_errors(storage_handle(tensor).device);  // a read is a sync point (docs/value_checks.md)
   const runtime::BufferPtr buffer = storage_buffer(tensor);
   at::Tensor flat = at::empty({buffer->numel()}, at::TensorOptions().dtype(to_scalar_type(buffer->dtype())));
   record_transfer(/*to_device=*/false, buffer->nbytes());

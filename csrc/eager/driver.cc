@@ -27,8 +27,12 @@ namespace {
 std::atomic<Mode>& current_mode() {
   static std::atomic<Mode> chosen = [] {
     if (const char* env = std::getenv("TORCHTPU_EAGER_MODE"); env != nullptr && *env != '\0') return parse_mode(env);
-    const char* sync = std::getenv("TORCHTPU_SYNC");
-    return sync != nullptr && std::strcmp(sync, "1") == 0 ? Mode::kDebug : Mode::kStrict;
+    // TORCHTPU_LAUNCH_BLOCKING=1 is CUDA_LAUNCH_BLOCKING's name for it.
+    for (const char* name : {"TORCHTPU_SYNC", "TORCHTPU_LAUNCH_BLOCKING"}) {
+      const char* value = std::getenv(name);
+      if (value != nullptr && std::strcmp(value, "1") == 0) return Mode::kDebug;
+    }
+    return Mode::kStrict;
   }();
   return chosen;
 }

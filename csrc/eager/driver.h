@@ -3,7 +3,8 @@
 // strict (default): each op's program is enqueued at once and runs asynchronously.
 // debug: each op waits for its results, so an error points at the op that caused it.
 // fused: ops are recorded and run as one program at the next sync point (aten/fused.h).
-// TORCHTPU_EAGER_MODE=debug|strict|fused picks the mode at start (TORCHTPU_SYNC=1 means debug);
+// TORCHTPU_EAGER_MODE=debug|strict|fused picks the mode at start (TORCHTPU_SYNC=1 or
+// TORCHTPU_LAUNCH_BLOCKING=1 means debug);
 // torchtpu.eager_mode() changes it at run time.
 #pragma once
 

@@ -65,6 +65,7 @@ std::vector<Value> lower_div_mode(LoweringContext& ctx) {
   Value q = g.binary("divide", a, b);
   if (ctx.is_none(2)) return {finish(ctx, q)};
   if (!is_floating(opmath(ctx))) {
+    check_integer_divisor(ctx, b);
     // Integer division truncates; floor mode steps down where the remainder's sign differs from b's.
     if (ctx.text(2) == "floor") {
       Value zero = scalar_like(ctx, 0);
@@ -385,11 +386,14 @@ std::vector<Value> lower_logical_xor(LoweringContext& ctx) { return logical_op(c
 
 // ---- Binary math -------------------------------------------------------------------------------------
 
-// fmod: C semantics (the result takes the dividend's sign), which is StableHLO's remainder.
-std::vector<Value> lower_fmod(LoweringContext& ctx) { return binary_op(ctx, "remainder"); }
-std::vector<Value> lower_fmod_scalar(LoweringContext& ctx) {
-  return {finish(ctx, ctx.graph.binary("remainder", operand(ctx, 0), scalar_arg(ctx, 1)))};
+// fmod(self, other): C semantics (the result takes the dividend's sign), which is StableHLO's remainder.
+// `other` is a tensor or a Scalar.
+std::vector<Value> fmod(LoweringContext& ctx, Value other) {
+  check_integer_divisor(ctx, other);
+  return {finish(ctx, ctx.graph.binary("remainder", operand(ctx, 0), other))};
 }
+std::vector<Value> lower_fmod(LoweringContext& ctx) { return fmod(ctx, operand(ctx, 1)); }
+std::vector<Value> lower_fmod_scalar(LoweringContext& ctx) { return fmod(ctx, scalar_arg(ctx, 1)); }
 
 // remainder: Python semantics (the result takes the divisor's sign).
 Value python_remainder(Graph& g, Value a, Value b) {
@@ -401,12 +405,13 @@ Value python_remainder(Graph& g, Value a, Value b) {
   Value adjust = g.binary("and", g.compare(r, zero, Comparison::kNE), signs_differ);
   return g.select(adjust, g.binary("add", r, b), r);
 }
-std::vector<Value> lower_remainder(LoweringContext& ctx) {
-  return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), operand(ctx, 1)))};
+// remainder(self, other), `other` a tensor or a Scalar.
+std::vector<Value> remainder(LoweringContext& ctx, Value other) {
+  check_integer_divisor(ctx, other);
+  return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), other))};
 }
-std::vector<Value> lower_remainder_scalar(LoweringContext& ctx) {
-  return {finish(ctx, python_remainder(ctx.graph, operand(ctx, 0), scalar_arg(ctx, 1)))};
-}
+std::vector<Value> lower_remainder(LoweringContext& ctx) { return remainder(ctx, operand(ctx, 1)); }
+std::vector<Value> lower_remainder_scalar(LoweringContext& ctx) { return remainder(ctx, scalar_arg(ctx, 1)); }
 
 std::vector<Value> lower_atan2(LoweringContext& ctx) { return binary_op(ctx, "atan2"); }
 

@@ -122,6 +122,20 @@ DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) ? DType::kF32 : dtype;
 }
 
+Value outside_range(Graph& g, Value x, int64_t low, int64_t high) {
+  Value wide = g.convert(x, DType::kI64);
+  const std::vector<int64_t> dims = g.type(wide).dims;
+  return g.binary("or", g.compare(wide, g.constant_int(low, DType::kI64, dims), ir::Comparison::kLT),
+                  g.compare(wide, g.constant_int(high, DType::kI64, dims), ir::Comparison::kGE));
+}
+
+void check_integer_divisor(LoweringContext& ctx, Value divisor) {
+  const Type& t = ctx.graph.type(divisor);
+  if (is_floating(t.dtype)) return;
+  ctx.check(CheckKind::kZeroDivision,
+            ctx.graph.compare(divisor, ctx.graph.constant_int(0, t.dtype, t.dims), ir::Comparison::kEQ));
+}
+
 void require_floating(const LoweringContext& ctx, size_t i, const char* op) {
   if (!is_floating(ctx.type_of(i).dtype)) {
     throw std::invalid_argument(std::string(op) + " is not implemented for integer or bool inputs (as on CPU)");

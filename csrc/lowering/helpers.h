@@ -45,6 +45,13 @@ std::vector<Value> inclusive_scan(Graph& g, const std::vector<Value>& operands, 
 // resampling this way.
 Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype);
 
+// Where the integer `x` lies outside [low, high): bool of x's shape. Value checks of indices and targets use it.
+Value outside_range(Graph& g, Value x, int64_t low, int64_t high);
+
+// States CPU's check of an integer division (div with a rounding mode, floor_divide, remainder, fmod): a zero
+// divisor raises ZeroDivisionError. Floating-point divisions have none.
+void check_integer_divisor(LoweringContext& ctx, Value divisor);
+
 // Throws, as CPU does, where argument i is an integer or bool tensor and `op` has floating kernels only
 // (the meta kernels accept any dtype, so the rule must refuse rather than compute).
 void require_floating(const LoweringContext& ctx, size_t i, const char* op);

@@ -2,9 +2,10 @@
 // index_add, index_copy, index_fill, index_reduce, and flat take / put.
 //
 // All of them become one StableHLO gather or scatter. Negative indices wrap as in PyTorch's index,
-// index_put and index_fill; gather, scatter, index_select, index_add and index_copy wrap them too, where
-// PyTorch raises. Out-of-range indices are NOT reported: XLA clamps a gather's start indices and drops
-// out-of-bounds scatter updates, where PyTorch raises. A device-side bounds check does not exist yet.
+// index_put, index_fill, take and put. Every op states CPU's bounds check as a device-side value check
+// (docs/value_checks.md), which also rejects the negative indices CPU rejects (gather, scatter,
+// index_select, index_add, index_copy, index_reduce). With checks off, an out-of-range index is not
+// reported: XLA clamps a gather's start indices and drops out-of-bounds scatter updates.
 //
 // Boolean (mask) indices have a data-dependent result shape and cannot be one static program: reading
 // x[mask] is rejected by the meta kernel before a rule runs. Writing x[mask] = v is static when v does not
@@ -42,6 +43,13 @@ Value wrap_index(Graph& g, Value index, int64_t size) {
   const std::vector<int64_t> dims = g.type(i).dims;
   Value negative = g.compare(i, g.constant_int(0, DType::kI64, dims), Comparison::kLT);
   return g.select(negative, g.binary("add", i, g.constant_int(size, DType::kI64, dims)), i);
+}
+
+// States CPU's bounds check of integer `index` against a dim of `size`: indices must lie in [0, size), or
+// in [-size, size) for the ops that wrap negative ones. `facts` complete CPU's message for `kind`.
+void check_bounds(LoweringContext& ctx, Value index, int64_t size, bool wraps, CheckKind kind,
+                  std::vector<int64_t> facts) {
+  ctx.check(kind, outside_range(ctx.graph, index, wraps ? -size : 0, size), index, std::move(facts));
 }
 
 // stablehlo.gather; the caller supplies the dimension numbers and the result dims they imply.
@@ -103,7 +111,9 @@ std::vector<Value> lower_index_select(LoweringContext& ctx) {
   Value self = at_least_1d(g, ctx.tensor(0));
   const Type t = g.type(self);
   const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
-  Value indices = dim_indices(g, ctx.tensor(2), t.dims[static_cast<size_t>(dim)]);
+  const int64_t size = t.dims[static_cast<size_t>(dim)];
+  Value indices = dim_indices(g, ctx.tensor(2), size);
+  check_bounds(ctx, ctx.tensor(2), size, false, CheckKind::kIndexOutOfRange, {dim, size});
   std::vector<int64_t> slice_sizes = t.dims, result_dims = t.dims, offset_dims = dim_range(0, t.rank());
   slice_sizes[static_cast<size_t>(dim)] = 1;
   result_dims[static_cast<size_t>(dim)] = g.type(indices).dims[0];
@@ -111,6 +121,12 @@ std::vector<Value> lower_index_select(LoweringContext& ctx) {
   if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
   Value result = gather(g, self, indices, offset_dims, {dim}, 1, slice_sizes, result_dims);
   return {g.reshape(result, out(ctx).dims)};
+}
+
+// index_add, index_copy, index_fill and index_reduce state CPU's check of their index against self's `dim`.
+void check_dim_index(LoweringContext& ctx, Value self, int64_t dim, bool wraps, CheckKind kind) {
+  const int64_t size = ctx.graph.type(self).dims[static_cast<size_t>(dim)];
+  check_bounds(ctx, ctx.tensor(2), size, wraps, kind, {dim, size});
 }
 
 // Scatters whole slices `updates` (self's shape with `dim` of size k) into self along `dim`.
@@ -135,6 +151,7 @@ std::vector<Value> lower_index_add(LoweringContext& ctx) {
     source = g.binary("multiply", source, ctx.scalar(4, dtype, g.type(source).dims));
   }
   const int64_t dim = wrap_dim(ctx.integer(1), g.type(self).rank());
+  check_dim_index(ctx, self, dim, false, CheckKind::kIndexBounds);
   return {g.reshape(scatter_slices(g, self, dim, ctx.tensor(2), source, Combine::kAdd), out(ctx).dims)};
 }
 
@@ -143,6 +160,7 @@ std::vector<Value> lower_index_copy(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value self = at_least_1d(g, ctx.tensor(0));
   const int64_t dim = wrap_dim(ctx.integer(1), g.type(self).rank());
+  check_dim_index(ctx, self, dim, false, CheckKind::kIndexBounds);
   Value result = scatter_slices(g, self, dim, ctx.tensor(2), at_least_1d(g, ctx.tensor(3)), Combine::kReplace);
   return {g.reshape(result, out(ctx).dims)};
 }
@@ -157,6 +175,7 @@ std::vector<Value> index_fill(LoweringContext& ctx, bool value_is_tensor) {
   dims[static_cast<size_t>(dim)] = g.type(ctx.tensor(2)).numel();
   Value value = value_is_tensor ? cast_to(g, ctx.tensor(3), Type{t.dtype, dims})
                                 : ctx.scalar(3, t.dtype, dims);
+  check_dim_index(ctx, self, dim, true, CheckKind::kIndexBounds);
   return {g.reshape(scatter_slices(g, self, dim, ctx.tensor(2), value, Combine::kReplace), out(ctx).dims)};
 }
 std::vector<Value> lower_index_fill_scalar(LoweringContext& ctx) { return index_fill(ctx, false); }
@@ -188,7 +207,9 @@ std::vector<Value> lower_gather(LoweringContext& ctx) {
   const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
   if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
   const std::vector<int64_t> index_dims = g.type(index).dims;
-  Value points = point_indices(g, index, dim, t.dims[static_cast<size_t>(dim)]);
+  const int64_t size = t.dims[static_cast<size_t>(dim)];
+  Value points = point_indices(g, index, dim, size);
+  check_bounds(ctx, index, size, false, CheckKind::kIndexBounds, {dim, size});
   const std::vector<int64_t> all = dim_range(0, t.rank());
   Value result = gather(g, self, points, {}, all, t.rank(), std::vector<int64_t>(all.size(), 1), index_dims);
   return {g.reshape(result, out(ctx).dims)};
@@ -234,6 +255,8 @@ ScatterArgs scatter_args(LoweringContext& ctx, bool value_is_scalar) {
   const DType dtype = g.type(a.self).dtype;
   a.updates = value_is_scalar ? ctx.scalar(3, dtype, g.type(a.index).dims)
                               : g.convert(at_least_1d(g, ctx.tensor(3)), dtype);
+  const int64_t size = g.type(a.self).dims[static_cast<size_t>(a.dim)];
+  check_bounds(ctx, a.index, size, false, CheckKind::kIndexBounds, {a.dim, size});
   return a;
 }
 
@@ -346,6 +369,7 @@ std::vector<Value> lower_index_reduce(LoweringContext& ctx) {
     throw std::invalid_argument("index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got " +
                                 reduce + ".");
   }
+  check_dim_index(ctx, self, dim, false, CheckKind::kIndexOutOfRange);
   Value result = reduce_into(g, self, source, reduce, ctx.is_none(5) || ctx.boolean(5),
                              [&](Value base, Value updates, Combine combine) {
                                return scatter_slices(g, base, dim, index, updates, combine);
@@ -362,6 +386,7 @@ std::vector<Value> lower_take(LoweringContext& ctx) {
   if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
   Value flat = g.reshape(ctx.tensor(0), {t.numel()});
   Value indices = dim_indices(g, ctx.tensor(1), t.numel());
+  check_bounds(ctx, ctx.tensor(1), t.numel(), true, CheckKind::kFlatIndex, {t.numel()});
   return {g.reshape(gather(g, flat, indices, {}, {0}, 1, {1}, {g.type(indices).dims[0]}), out(ctx).dims)};
 }
 
@@ -373,6 +398,7 @@ std::vector<Value> lower_put(LoweringContext& ctx) {
   if (count == 0) return {ctx.tensor(0)};
   Value flat = g.reshape(ctx.tensor(0), {t.numel()});
   Value indices = dim_indices(g, ctx.tensor(1), t.numel());
+  check_bounds(ctx, ctx.tensor(1), t.numel(), true, CheckKind::kFlatIndex, {t.numel()});
   Value updates = g.reshape(g.convert(ctx.tensor(2), t.dtype), {count});
   const Combine combine = ctx.boolean(3) ? Combine::kAdd : Combine::kReplace;
   return {g.reshape(scatter(g, flat, indices, updates, {}, {0}, 1, combine), t.dims)};
@@ -433,6 +459,16 @@ AdvancedIndex advanced_index(Graph& g, const Type& self, const std::vector<Value
   return a;
 }
 
+// index and index_put state CPU's check of each index tensor against the dim it indexes. CPU's message
+// numbers the index tensors, not self's dims ("dimension 0" for x[:, i]).
+void check_advanced_index(LoweringContext& ctx, const Type& self, const std::vector<Value>& indices) {
+  int64_t k = 0;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    if (!indices[d].valid()) continue;
+    check_bounds(ctx, indices[d], self.dims[d], true, CheckKind::kIndexBounds, {k++, self.dims[d]});
+  }
+}
+
 // The permutation from the gather's [B..., rest...] layout to PyTorch's result layout.
 std::vector<int64_t> result_order(const AdvancedIndex& a) {
   const int64_t nb = static_cast<int64_t>(a.batch.size());
@@ -460,6 +496,7 @@ std::vector<Value> lower_index(LoweringContext& ctx) {
   const Type t = g.type(self);
   const AdvancedIndex a = advanced_index(g, t, ctx.args.at(1).tensors);
   if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
+  check_advanced_index(ctx, t, ctx.args.at(1).tensors);
   const int64_t k = static_cast<int64_t>(a.indexed.size());
   const int64_t nb = static_cast<int64_t>(a.batch.size());
   Value moved = g.transpose(self, a.permutation);
@@ -528,6 +565,7 @@ std::vector<Value> lower_index_put(LoweringContext& ctx) {
     break;  // wrap_index below rejects the mask with a clear message
   }
   const AdvancedIndex a = advanced_index(g, t, indices);
+  check_advanced_index(ctx, t, indices);
   const int64_t k = static_cast<int64_t>(a.indexed.size());
   const int64_t nb = static_cast<int64_t>(a.batch.size());
   std::vector<int64_t> gathered_dims = a.batch;  // [B..., rest...]

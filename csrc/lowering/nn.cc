@@ -196,6 +196,12 @@ std::vector<Value> lower_nll_loss_forward(LoweringContext& ctx) {
   const Type in = ctx.type_of(0);
   const DType accumulate = accumulation_dtype(in.dtype);
   NllTerms terms = nll_terms(ctx, 0, accumulate);
+  // CPU's check of the targets: each is a class or the ignore_index.
+  Value target = g.convert(ctx.tensor(1), DType::kI64);
+  const std::vector<int64_t> target_dims = g.type(target).dims;
+  const int64_t classes = in.dims[static_cast<size_t>(terms.class_dim)];
+  Value counted = g.compare(target, g.constant_int(ctx.integer(4), DType::kI64, target_dims), Comparison::kNE);
+  ctx.check(CheckKind::kTarget, g.binary("and", outside_range(g, target, 0, classes), counted), target);
   Value x = g.convert(ctx.tensor(0), accumulate);
   Value picked = sum_over(g, g.select(terms.one_hot, x, g.constant(0, accumulate, in.dims)), {terms.class_dim});
   // Ignored positions contribute an exact 0 even where the input is -inf (log of 0).
@@ -269,12 +275,18 @@ Value loss_grad(LoweringContext& ctx, size_t reduction_arg) {
 
 // binary_cross_entropy(self, target, weight?, reduction):
 // -w (t log(x) + (1 - t) log(1 - x)), each log clamped at -100 so x = 0 or 1 gives a finite loss, as on
-// CPU. CPU also rejects inputs outside [0, 1], a check on the data that cannot run here: they give NaN.
+// CPU. Inputs and targets outside [0, 1] (or NaN) fail CPU's value checks.
 std::vector<Value> lower_binary_cross_entropy(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const std::vector<int64_t> dims = ctx.type_of(0).dims;
   Value x = loss_operand(ctx, 0, dims);
   Value target = loss_operand(ctx, 1, dims);
+  auto outside_unit = [&](Value v) {
+    return g.unary("not", g.binary("and", g.compare(v, like(g, v, 0), Comparison::kGE),
+                                   g.compare(v, like(g, v, 1), Comparison::kLE)));
+  };
+  ctx.check(CheckKind::kBceInput, outside_unit(x));
+  ctx.check(CheckKind::kBceTarget, outside_unit(target));
   Value log_x = g.binary("maximum", g.unary("log", x), like(g, x, -100));
   Value log_rest = g.binary("maximum", g.unary("log_plus_one", g.unary("negate", x)), like(g, x, -100));
   Value loss = g.binary("subtract", g.binary("multiply", g.binary("subtract", target, like(g, x, 1)), log_rest),
@@ -607,6 +619,8 @@ std::vector<Value> lower_embedding_bag(LoweringContext& ctx) {
     return zeros;
   }
   Value indices = g.reshape(ctx.tensor(1), {count});
+  const int64_t rows_in_weight = ctx.type_of(0).dims[0];
+  ctx.check(CheckKind::kBagIndex, outside_range(g, indices, 0, rows_in_weight), indices, {rows_in_weight});
   Value bag = bag_of_index(g, ctx.tensor(2), bags, count);
   Value member = bag_member(g, indices, ctx.integer(8));
   Value rows = take_along(g, g.convert(ctx.tensor(0), accumulate), 0, indices);

@@ -68,9 +68,9 @@ std::vector<Value> lower_normal(LoweringContext& ctx) {
   return {ctx.graph.convert(normal_with_scalar_moments(ctx), out(ctx).dtype)};
 }
 
-// normal.Tensor_Tensor / Tensor_float / float_Tensor (mean, std, generator): the tensor arguments broadcast. CPU
-// rejects a negative std after looking at the data; the device cannot raise, so such samples are NaN rather
-// than quietly drawn from normal(mean, |std|).
+// normal.Tensor_Tensor / Tensor_float / float_Tensor (mean, std, generator): the tensor arguments broadcast. A
+// negative (or NaN) std tensor fails CPU's value check; with checks off such samples are NaN rather than
+// quietly drawn from normal(mean, |std|).
 std::vector<Value> lower_normal_functional(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
@@ -81,6 +81,11 @@ std::vector<Value> lower_normal_functional(LoweringContext& ctx) {
   };
   Value mean = operand(0);
   Value std = operand(1);
+  if (ctx.args[1].kind == Arg::Kind::kTensor) {
+    Value given = ctx.tensor(1);
+    const Type& s = g.type(given);
+    ctx.check(CheckKind::kNormalStd, g.unary("not", g.compare(given, g.constant(0.0, s.dtype, s.dims), ir::Comparison::kGE)));
+  }
   Value z = standard_normal(g, ctx.rng_state, t.dims, compute.dtype);
   Value sample = shift_and_scale(g, z, mean, std);
   Value negative = g.compare(std, g.constant(0.0, compute.dtype, t.dims), ir::Comparison::kLT);
@@ -283,8 +288,7 @@ std::vector<Value> lower_randperm(LoweringContext& ctx) {
 // dim (1-d or 2-d). Gumbel-max sampling: log(p) plus Gumbel noise, largest first. One noise draw per row
 // gives its first num_samples keys as a draw without replacement; with replacement every sample draws its
 // own noise and takes its largest key. Zero-probability categories get -inf keys and are never drawn.
-// CPU rejects negative, infinite or all-zero rows after reading them; the device cannot raise, which is
-// the documented gap of device-side checks.
+// Negative, infinite or NaN probabilities and rows summing to zero fail CPU's value checks.
 std::vector<Value> lower_multinomial(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
@@ -295,10 +299,17 @@ std::vector<Value> lower_multinomial(LoweringContext& ctx) {
   const bool replacement = ctx.boolean(2);
   if (t.numel() == 0) return {g.constant_int(0, DType::kI64, t.dims)};
   const DType dtype = sample_dtype(probs.dtype);
+  Value p = g.convert(g.reshape(ctx.tensor(0), {rows, categories}), dtype);
+  const double inf = std::numeric_limits<double>::infinity();
+  Value valid = g.binary("and", g.compare(p, g.constant(0.0, dtype, {rows, categories}), ir::Comparison::kGE),
+                         g.compare(p, g.constant(inf, dtype, {rows, categories}), ir::Comparison::kLT));
+  ctx.check(CheckKind::kProbabilities, g.unary("not", valid));
+  Value row_sums = g.reduce(p, g.constant(0.0, dtype), {1}, ir::Reducer::kAdd);
+  ctx.check(CheckKind::kProbabilitySum, g.compare(row_sums, g.constant(0.0, dtype, {rows}), ir::Comparison::kLE));
   // keys: [rows, draws, categories], one draw of noise per sample with replacement, one per row without.
   const int64_t draws = replacement ? samples : 1;
   const std::vector<int64_t> dims{rows, draws, categories};
-  Value log_p = g.unary("log", g.convert(g.reshape(ctx.tensor(0), {rows, 1, categories}), dtype));
+  Value log_p = g.unary("log", g.reshape(p, {rows, 1, categories}));
   Value u = unit_uniform(g, ctx.rng_state, dims, dtype);
   Value gumbel = g.unary("negate", g.unary("log", g.unary("negate", g.unary("log", u))));
   Value keys = g.binary("add", broadcast_to(g, log_p, dims), gumbel);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "lowering/value_check.h"
 
 namespace torchtpu::lowering {
 
@@ -53,7 +54,10 @@ struct LoweringContext {
   // a program parameter, after the tensor reads and the RNG state. A rule that lowers through a copied
   // context must create operands in its own context first (see foreach.cc).
   std::vector<size_t> created_operands = {};
-
+  // Whether the program makes the value checks its rule states (TORCHTPU_VALUE_CHECKS), and those it
+  // states, in order (lowering/value_check.h).
+  bool value_checks = false;
+  std::vector<ValueCheck> checks = {};
 
   Value tensor(size_t i) const;
   // Scalar argument i (a number, or a dynamic operand) as a value of `dtype` broadcast to `dims`. Integers
@@ -71,6 +75,10 @@ struct LoweringContext {
   const std::vector<int64_t>& ints(size_t i) const;
   const std::vector<double>& reals(size_t i) const;
   const std::string& text(size_t i) const;
+  // States a check CPU makes on argument values: `failed` (bool, any shape) marks the elements that fail
+  // it, `values` (integer, failed's shape; or invalid) holds what CPU's message names of each. The program
+  // reports the first failing element. Nothing is made while value_checks is off.
+  void check(CheckKind kind, Value failed, Value values = {}, std::vector<int64_t> facts = {});
 };
 
 using LowerFn = std::vector<Value> (*)(LoweringContext& ctx);

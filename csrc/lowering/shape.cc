@@ -266,8 +266,8 @@ Value true_positions_first(Graph& g, Value mask) {
 }
 
 // masked_scatter(self, mask, source): the k-th true position of the (broadcast) mask takes source's k-th
-// element. CPU raises when source has fewer elements than the mask has true ones; the device cannot, so
-// the positions past source's end keep self's values (the documented gap of device-side checks).
+// element. A source with fewer elements than the mask has true ones fails CPU's value check; with checks
+// off, the positions past source's end keep self's values.
 std::vector<Value> lower_masked_scatter(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
@@ -275,9 +275,12 @@ std::vector<Value> lower_masked_scatter(LoweringContext& ctx) {
   if (n == 0) return {cast_to(g, ctx.tensor(0), t)};
   Value mask = g.reshape(cast_to(g, ctx.tensor(1), Type{DType::kBool, t.dims}), {n});
   Value self = g.reshape(cast_to(g, ctx.tensor(0), t), {n});
-  const int64_t taken = std::min(n, ctx.type_of(2).numel());
+  const int64_t available = ctx.type_of(2).numel();
+  Value selected = g.reduce(g.convert(mask, DType::kI64), g.constant_int(0, DType::kI64), {0}, ir::Reducer::kAdd);
+  ctx.check(CheckKind::kMaskedScatterSize, g.compare(selected, g.constant_int(available, DType::kI64), Comparison::kGT));
+  const int64_t taken = std::min(n, available);
   if (taken == 0) return {g.reshape(self, t.dims)};
-  Value source = g.slice(g.reshape(g.convert(ctx.tensor(2), t.dtype), {ctx.type_of(2).numel()}), {0}, {taken}, {1});
+  Value source = g.slice(g.reshape(g.convert(ctx.tensor(2), t.dtype), {available}), {0}, {taken}, {1});
   Value targets = g.reshape(g.slice(true_positions_first(g, mask), {0}, {taken}, {1}), {taken, 1});
   // Targets past the count of true positions are false ones: the select below discards what lands there.
   Value scattered = g.scatter_flat(self, targets, source);

@@ -36,6 +36,7 @@ std::vector<Value> lower_floor_divide(LoweringContext& ctx) {
   Value signs_differ = m.ne(m.lt(b, zero), m.lt(mod, zero));
   Value step_down = m.both(m.ne(mod, zero), signs_differ);
   if (!is_floating(opmath(ctx))) {
+    check_integer_divisor(ctx, b);
     Value q = m.div(a, b);
     return {finish(ctx, m.select(step_down, m.sub(q, m.c(1)), q))};
   }

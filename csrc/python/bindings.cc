@@ -10,6 +10,7 @@
 #include "aten/metrics.h"
 #include "aten/op_kernel.h"
 #include "aten/registrations.h"
+#include "aten/value_checks.h"
 #include "cache/disk_cache.h"
 #include "eager/driver.h"
 #include "lowering/rule.h"
@@ -96,8 +97,11 @@ PYBIND11_MODULE(_C, m) {
     translate([device] {
       aten::flush_trace("synchronize");
       runtime::synchronize(device);
+      aten::raise_value_errors(device);
     });
   });
+  m.def("_value_checks", &aten::value_checks_enabled);
+  m.def("_set_value_checks", &aten::set_value_checks_enabled);
   m.def("_eager_mode", [] { return std::string(eager::mode_name(eager::mode())); });
   m.def("_set_eager_mode", [](const std::string& name) {
     const eager::Mode mode = translate([&] { return eager::parse_mode(name); });

@@ -1,0 +1,138 @@
+#include "aten/value_checks.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "aten/device_error.h"
+#include "aten/storage.h"
+#include "aten/storage_ops.h"
+#include "eager/driver.h"
+#include "runtime/buffer.h"
+
+namespace torchtpu::aten {
+namespace {
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> enabled = [] {
+    const char* env = std::getenv("TORCHTPU_VALUE_CHECKS");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return enabled;
+}
+
+struct RegisteredCheck {
+  std::string op;
+  lowering::CheckKind kind;
+  std::vector<int64_t> facts;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<int64_t, RegisteredCheck> checks;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// FNV-1a over the bytes that identify a check.
+class Hash {
+ public:
+  void add(const void* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) {
+      value_ ^= static_cast<const unsigned char*>(data)[i];
+      value_ *= 1099511628211ull;
+    }
+  }
+  // Positive and nonzero, as the state's "no failure" is 0.
+  int64_t id() const { return static_cast<int64_t>(value_ >> 2) | 1; }
+
+ private:
+  uint64_t value_ = 14695981039346656037ull;
+};
+
+// "aten::index_copy_.dim" -> "index_copy_", the name CPU's messages use.
+std::string short_name(const std::string& op) {
+  const size_t begin = op.find("::") == std::string::npos ? 0 : op.find("::") + 2;
+  return op.substr(begin, op.find('.', begin) - begin);
+}
+
+std::string describe(const int64_t word[3]) {
+  RegisteredCheck check;
+  {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    auto it = registry().checks.find(word[0]);
+    if (it == registry().checks.end()) return "a device-side value check failed (unknown check " + std::to_string(word[0]) + ")";
+    check = it->second;
+  }
+  std::string message = short_name(check.op) + "(): " + lowering::check_message(check.kind, check.facts, word[1], word[2]);
+  if (eager::mode() != eager::Mode::kDebug) {
+    message += "\n(checked on the device and reported at the next synchronization, so an earlier op than this "
+               "line's may have failed; TORCHTPU_LAUNCH_BLOCKING=1 raises at the op itself, "
+               "TORCHTPU_VALUE_CHECKS=0 turns the checks off)";
+  }
+  return message;
+}
+
+}  // namespace
+
+bool value_checks_enabled() { return enabled_flag().load(std::memory_order_relaxed); }
+void set_value_checks_enabled(bool enabled) { enabled_flag().store(enabled); }
+
+int64_t register_check(const std::string& op, const lowering::ValueCheck& check) {
+  Hash hash;
+  hash.add(op.data(), op.size());
+  const auto kind = static_cast<int32_t>(check.kind);
+  hash.add(&kind, sizeof kind);
+  hash.add(check.facts.data(), check.facts.size() * sizeof(int64_t));
+  const int64_t id = hash.id();
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  registry().checks.emplace(id, RegisteredCheck{op, check.kind, check.facts});
+  return id;
+}
+
+CheckState& check_state(int device) {
+  static std::mutex mutex;
+  // Leaked on purpose, like the fused trace: the state's buffer must not be destroyed after the plugin.
+  static auto* states = new std::unordered_map<int, std::unique_ptr<CheckState>>;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<CheckState>& state = (*states)[device];
+  if (!state) {
+    state = std::make_unique<CheckState>();
+    // Never written, its storage reads as zeros: no failure.
+    state->tensor = empty_memory_format({3}, at::kLong, std::nullopt,
+                                        c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)),
+                                        std::nullopt, std::nullopt);
+  }
+  return *state;
+}
+
+void raise_value_errors(int device) {
+  CheckState& state = check_state(device);
+  if (!state.unread.load()) return;
+  std::unique_lock<std::mutex> lock(state.mutex);
+  if (!state.unread.exchange(false)) return;
+  StorageHandle& handle = storage_handle(state.tensor);
+  int64_t word[3] = {0, 0, 0};
+  try {
+    runtime::download(*storage_buffer(state.tensor), word);  // a fused trace computing it runs first
+  } catch (const runtime::PjrtError& e) {
+    // The program computing the state failed, and that error is what the caller sees; the state starts
+    // again from no failure.
+    handle.set_buffer(nullptr);
+    throw_device_error("reading the value checks", e);
+  } catch (...) {
+    handle.set_buffer(nullptr);  // a fused trace that failed took the state with it
+    throw;
+  }
+  if (word[0] == 0) return;
+  handle.set_buffer(nullptr);
+  lock.unlock();
+  TORCH_CHECK(false, describe(word));
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,41 @@
+// The per-device error state of device-side value checks (docs/value_checks.md), CUDA's contract for
+// device-side asserts: a program whose rule states checks (lowering/value_check.h) reads the device's
+// state and returns it updated, with no host round trip; sync points read it and raise the first failure
+// in CPU's words; debug mode reads it after every checked op.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "lowering/value_check.h"
+
+namespace torchtpu::aten {
+
+// TORCHTPU_VALUE_CHECKS=0 turns checks off at start; torchtpu.value_checks() switches them at run time.
+// Programs are keyed by the setting (aten/op_key.h).
+bool value_checks_enabled();
+void set_value_checks_enabled(bool enabled);
+
+// The id a program records when `check` of op `op` fails: a hash of what the program's shapes fix in the
+// message (op, kind, facts), so program text is the same in every process. Remembers the message for it.
+int64_t register_check(const std::string& op, const lowering::ValueCheck& check);
+
+// One device's error state: an i64[3] tpu tensor (check id or 0, value, position) that checked programs
+// read and replace (a pending value in fused mode). Strict-mode callers hold `mutex` from reading the state
+// to binding the new one, so checked ops on several threads do not lose each other's failures.
+struct CheckState {
+  std::mutex mutex;
+  at::Tensor tensor;
+  std::atomic<bool> unread{false};  // a checked op ran since the last read
+};
+CheckState& check_state(int device);
+
+// Raises the device's first recorded failure as a RuntimeError naming the op and the check, and clears it;
+// returns at once when no checked op ran since the last read. Called at sync points.
+void raise_value_errors(int device);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,79 @@
+#include "lowering/value_check.h"
+
+#include <string>
+
+#include "lowering/rule.h"
+
+namespace torchtpu::lowering {
+
+using ir::Comparison;
+
+void LoweringContext::check(CheckKind kind, Value failed, Value values, std::vector<int64_t> facts) {
+  if (!value_checks) return;
+  Graph& g = graph;
+  const int64_t n = g.type(failed).numel();
+  if (n == 0) return;
+  // The first failing position, or n when none fails.
+  Value position = g.iota(Type{DType::kI64, {n}}, 0);
+  Value past_end = g.constant_int(n, DType::kI64, {n});
+  Value first = g.reduce(g.select(g.reshape(failed, {n}), position, past_end), g.constant_int(n, DType::kI64), {0},
+                         ir::Reducer::kMin);
+  Value any = g.convert(g.compare(first, g.constant_int(n, DType::kI64), Comparison::kLT), DType::kI64);
+  Value value = g.constant_int(0, DType::kI64, {1});
+  if (values.valid()) {
+    // The slice start is clamped into range, so "none failed" reads a harmless last element.
+    value = g.dynamic_slice(g.reshape(g.convert(values, DType::kI64), {n}), {first}, {1});
+  }
+  Value word = g.concatenate({g.reshape(any, {1}), value, g.reshape(first, {1})}, 0);
+  checks.push_back({kind, std::move(facts), word});
+}
+
+Value fold_checks(Graph& g, Value state, const std::vector<ValueCheck>& checks, const std::vector<int64_t>& ids) {
+  const std::vector<int64_t> word_dims{3};
+  Value zero = g.constant_int(0, DType::kI64, {1});
+  for (size_t k = 0; k < checks.size(); ++k) {
+    Value word = checks[k].word;
+    Value clean = g.compare(g.slice(state, {0}, {1}, {1}), zero, Comparison::kEQ);
+    Value failed = g.compare(g.slice(word, {0}, {1}, {1}), zero, Comparison::kNE);
+    Value report = g.binary("and", clean, failed);
+    Value recorded = g.concatenate({g.constant_int(ids[k], DType::kI64, {1}), g.slice(word, {1}, {3}, {1})}, 0);
+    state = g.select(g.broadcast_in_dim(report, word_dims, {0}), recorded, state);
+  }
+  return state;
+}
+
+std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int64_t value, int64_t position) {
+  auto fact = [&](size_t i) { return std::to_string(facts.at(i)); };
+  const std::string v = std::to_string(value);
+  switch (kind) {
+    case CheckKind::kIndexBounds:
+      return "index " + v + " is out of bounds for dimension " + fact(0) + " with size " + fact(1);
+    case CheckKind::kIndexOutOfRange:
+      // CPU's words name no index; the index and the size follow them.
+      return "index out of range in self (index " + v + ", dimension " + fact(0) + " with size " + fact(1) + ")";
+    case CheckKind::kFlatIndex:
+      return "out of range: tried to access index " + v + " on a tensor of " + fact(0) + " elements.";
+    case CheckKind::kBagIndex:
+      return "Index " + std::to_string(position) + " of input takes value " + v +
+             " which is not in the valid range [0, " + fact(0) + ")";
+    case CheckKind::kTarget:
+      return "Target " + v + " is out of bounds.";
+    case CheckKind::kProbabilities:
+      return "probability tensor contains either `inf`, `nan` or element < 0";
+    case CheckKind::kProbabilitySum:
+      return "invalid multinomial distribution (sum of probabilities <= 0)";
+    case CheckKind::kNormalStd:
+      return "normal expects all elements of std >= 0.0";
+    case CheckKind::kBceInput:
+      return "all elements of input should be between 0 and 1";
+    case CheckKind::kBceTarget:
+      return "all elements of target should be between 0 and 1";
+    case CheckKind::kMaskedScatterSize:
+      return "Number of elements of source < number of ones in mask";
+    case CheckKind::kZeroDivision:
+      return "ZeroDivisionError";
+  }
+  return "value check failed";
+}
+
+}  // namespace torchtpu::lowering

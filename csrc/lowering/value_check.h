@@ -1,0 +1,51 @@
+// Device-side value checks (docs/value_checks.md): the checks CPU makes on the values of an op's
+// arguments (index bounds, targets, probabilities, ...), made by the op's program alongside its result.
+//
+// A rule states a check through LoweringContext::check: which elements fail it, and the values CPU's
+// message names. The check becomes a word of the program, and the caller folds the program's words into
+// the device's error state (fold_checks), which sync points read. The kinds name CPU's messages;
+// check_message words them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace torchtpu::lowering {
+
+// Each kind is one of CPU's messages; `facts` are the parts of it that the program's shapes fix.
+enum class CheckKind {
+  kIndexBounds,        // facts {dim, size}: "index 9 is out of bounds for dimension 0 with size 3"
+  kIndexOutOfRange,    // facts {dim, size}: "index out of range in self" (index_select, embedding)
+  kFlatIndex,          // facts {numel}: "out of range: tried to access index 99 on a tensor of 12 elements."
+  kBagIndex,           // facts {size}: "Index 0 of input takes value 7 which is not in the valid range [0, 5)"
+  kTarget,             // "Target 5 is out of bounds."
+  kProbabilities,      // "probability tensor contains either `inf`, `nan` or element < 0"
+  kProbabilitySum,     // "invalid multinomial distribution (sum of probabilities <= 0)"
+  kNormalStd,          // "normal expects all elements of std >= 0.0"
+  kBceInput,           // "all elements of input should be between 0 and 1"
+  kBceTarget,          // "all elements of target should be between 0 and 1"
+  kMaskedScatterSize,  // "Number of elements of source < number of ones in mask"
+  kZeroDivision,       // "ZeroDivisionError"
+};
+
+// One check of a program: its word is i64[3] (failed 0/1, the first failing element's value, its flat
+// position).
+struct ValueCheck {
+  CheckKind kind;
+  std::vector<int64_t> facts;
+  ir::Value word;
+};
+
+// The device's error state after a program's checks, from the state before it (i64[3]: the id of the
+// first failed check or 0, its value, its position). An earlier failure stays; otherwise the first of
+// `checks` that failed is recorded under its id (ids[k], nonzero, for checks[k]).
+ir::Value fold_checks(ir::Graph& g, ir::Value state, const std::vector<ValueCheck>& checks,
+                      const std::vector<int64_t>& ids);
+
+// CPU's message for a failed check.
+std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int64_t value, int64_t position);
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,180 @@
+"""Device-side value checks (docs/value_checks.md): what CPU checks by value raises on tpu at the next sync
+point, with CPU's message, and the process and other tensors stay usable."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+from helpers import run_python
+
+
+def _long(values, device):
+    return torch.tensor(values, device=device)
+
+
+# name -> the op with a bad value, made on `device` (what CPU raises for it is the expected message).
+CASES = {
+    "gather": lambda d: torch.gather(torch.zeros(3, 4, device=d), 0, _long([[9, 0, 0, 0]], d)),
+    "gather_negative": lambda d: torch.gather(torch.zeros(3, 4, device=d), 1, _long([[-1]], d)),
+    "scatter_value": lambda d: torch.zeros(3, 4, device=d).scatter_(0, _long([[9]], d), 1.0),
+    "scatter_src": lambda d: torch.zeros(3, 4, device=d).scatter(0, _long([[3]], d), torch.ones(1, 1, device=d)),
+    "scatter_add": lambda d: torch.zeros(3, 4, device=d).scatter_add(1, _long([[4]], d), torch.ones(1, 1, device=d)),
+    "scatter_reduce": lambda d: torch.zeros(3, device=d).scatter_reduce(0, _long([7], d), torch.ones(1, device=d),
+                                                                        "amax"),
+    "index_select": lambda d: torch.index_select(torch.zeros(3, 4, device=d), 0, _long([1, 9], d)),
+    "index_add": lambda d: torch.zeros(3, 4, device=d).index_add_(0, _long([9], d), torch.ones(1, 4, device=d)),
+    "index_copy": lambda d: torch.zeros(3, 4, device=d).index_copy_(1, _long([-1], d), torch.ones(3, 1, device=d)),
+    "index_fill": lambda d: torch.zeros(3, 4, device=d).index_fill_(0, _long([-4], d), 1.0),
+    "index_reduce": lambda d: torch.zeros(3, 4, device=d).index_reduce_(0, _long([3], d), torch.ones(1, 4, device=d),
+                                                                        "prod"),
+    "index": lambda d: torch.zeros(3, 4, device=d)[:, _long([2, 4], d)],
+    "index_put": lambda d: torch.zeros(3, 4, device=d).index_put_((_long([-4], d),), torch.tensor(1.0, device=d)),
+    "take": lambda d: torch.take(torch.zeros(3, 4, device=d), _long([99], d)),
+    "put": lambda d: torch.zeros(3, 4, device=d).put_(_long([-13], d), torch.ones(1, device=d), accumulate=True),
+    "embedding": lambda d: F.embedding(_long([[1, 7]], d), torch.zeros(5, 3, device=d)),
+    "embedding_bag": lambda d: F.embedding_bag(_long([5, 1], d), torch.zeros(5, 3, device=d), _long([0, 1], d)),
+    "nll_loss": lambda d: F.nll_loss(torch.zeros(2, 3, device=d), _long([0, 3], d)),
+    "cross_entropy": lambda d: F.cross_entropy(torch.zeros(2, 3, 4, device=d), _long([[0, 1, 2, -2], [0] * 4], d)),
+    "multinomial_probabilities": lambda d: torch.multinomial(torch.tensor([0.5, -0.1], device=d), 1),
+    "multinomial_sum": lambda d: torch.multinomial(torch.tensor([[0.5, 0.5], [0.0, 0.0]], device=d), 1),
+    "normal_std": lambda d: torch.normal(torch.zeros(3, device=d), torch.tensor([1.0, -1.0, 1.0], device=d)),
+    "binary_cross_entropy_input": lambda d: F.binary_cross_entropy(torch.tensor([0.5, 1.5], device=d),
+                                                                   torch.tensor([0.0, 1.0], device=d)),
+    "binary_cross_entropy_target": lambda d: F.binary_cross_entropy(torch.tensor([0.5, 0.5], device=d),
+                                                                    torch.tensor([0.0, float("nan")], device=d)),
+    "masked_scatter": lambda d: torch.zeros(4, device=d).masked_scatter(
+        torch.tensor([True, True, True, False], device=d), torch.ones(2, device=d)),
+    "div_floor": lambda d: torch.div(_long([4, 5], d), _long([1, 0], d), rounding_mode="floor"),
+    "floor_divide": lambda d: _long([4, 5], d) // 0,
+    "remainder": lambda d: _long([4, 5], d) % _long([0, 1], d),
+    "fmod": lambda d: torch.fmod(torch.tensor([4, 5], dtype=torch.int32, device=d), 0),
+}
+
+
+def cpu_message(case: str) -> str:
+    with pytest.raises((RuntimeError, IndexError)) as raised:
+        CASES[case]("cpu")
+    return str(raised.value).splitlines()[0]
+
+
+def assert_cpu_error(error: BaseException, case: str) -> None:
+    """A RuntimeError naming the op ("gather(): ...") and saying what CPU says."""
+    assert isinstance(error, RuntimeError), f"{type(error).__name__}: {error}"
+    first = str(error).splitlines()[0]
+    assert re.match(r"\w+\(\): ", first), first
+    assert cpu_message(case) in first, f"tpu: {first!r}\ncpu: {cpu_message(case)!r}"
+
+
+@pytest.fixture
+def survivor():
+    """A tpu tensor made before the failure; ``assert_usable`` checks it afterwards."""
+    cpu = torch.arange(6.0).view(2, 3)
+    return cpu.to("tpu"), cpu
+
+
+def assert_usable(survivor) -> None:
+    """The tensor made before the failure keeps its values, new ops run, and no failure is left over."""
+    tpu, cpu = survivor
+    torch.testing.assert_close(tpu.cpu(), cpu)
+    torch.testing.assert_close((tpu * 2 + 1).cpu(), cpu * 2 + 1)
+    good = torch.gather(tpu, 1, torch.tensor([[2, 0]], device="tpu"))
+    torch.testing.assert_close(good.cpu(), torch.gather(cpu, 1, torch.tensor([[2, 0]])))
+    torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_raises_at_next_sync(case, survivor):
+    result = CASES[case]("tpu")  # enqueued: nothing is read yet
+    unrelated = survivor[0] + 1
+    with pytest.raises(RuntimeError) as raised:
+        unrelated.cpu()  # any sync point reports it, as CUDA's asynchronous errors
+    assert_cpu_error(raised.value, case)
+    assert "TORCHTPU_LAUNCH_BLOCKING=1" in str(raised.value)
+    del result
+    assert_usable(survivor)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_raises_in_fused_mode(case, survivor):
+    with torchtpu.eager_mode("fused"):
+        CASES[case]("tpu")
+        with pytest.raises(RuntimeError) as raised:
+            torch.tpu.synchronize()
+        assert_cpu_error(raised.value, case)
+        assert_usable(survivor)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_debug_mode_raises_at_the_op(case, survivor):
+    with torchtpu.eager_mode("debug"):
+        with pytest.raises(RuntimeError) as raised:
+            CASES[case]("tpu")
+        assert_cpu_error(raised.value, case)
+        assert "TORCHTPU_LAUNCH_BLOCKING" not in str(raised.value)
+        assert_usable(survivor)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_checks_off(case, survivor):
+    with torchtpu.value_checks(False):
+        assert not torchtpu.value_checks_enabled()
+        CASES[case]("tpu")
+        torch.tpu.synchronize()
+        assert_usable(survivor)
+    assert torchtpu.value_checks_enabled()
+
+
+@pytest.mark.parametrize("sync", ["item", "cpu", "print", "synchronize"])
+def test_every_sync_point_reports(sync):
+    x = torch.arange(4.0, device="tpu")
+    CASES["gather"]("tpu")
+    read = {"item": lambda: x.sum().item(), "cpu": x.cpu, "print": lambda: str(x),
+            "synchronize": torch.tpu.synchronize}[sync]
+    with pytest.raises(RuntimeError, match=r"gather\(\): index 9 is out of bounds for dimension 0 with size 3"):
+        read()
+    read()  # reported once
+
+
+def test_first_failure_is_reported():
+    CASES["take"]("tpu")
+    CASES["nll_loss"]("tpu")
+    with pytest.raises(RuntimeError, match=r"take\(\): out of range"):
+        torch.tpu.synchronize()
+    torch.tpu.synchronize()
+
+
+def test_valid_values_pass_in_every_mode():
+    x = torch.randn(4, 5)
+    index = torch.tensor([[0, 3, 1, 2, 3]])
+    target = torch.tensor([0, 4, -100, 2])
+    for mode in ("strict", "fused", "debug"):
+        with torchtpu.eager_mode(mode):
+            xt = x.to("tpu")
+            torch.testing.assert_close(torch.gather(xt, 0, index.to("tpu")).cpu(), torch.gather(x, 0, index))
+            loss = F.cross_entropy(xt, target.to("tpu"))
+            torch.testing.assert_close(loss.cpu(), F.cross_entropy(x, target))
+            torch.tpu.synchronize()
+
+
+def test_launch_blocking_and_checks_off_from_the_environment():
+    code = """
+        import torch, torchtpu
+        x = torch.zeros(3, device="tpu")
+        try:
+            torch.gather(x, 0, torch.tensor([5], device="tpu"))
+            print("no error at the op")
+        except RuntimeError as e:
+            print("raised at the op:", str(e).splitlines()[0])
+        torch.tpu.synchronize()
+        print("OK")
+    """
+    blocking = run_python(code, TORCHTPU_LAUNCH_BLOCKING="1")
+    assert "raised at the op: gather(): index 5 is out of bounds for dimension 0 with size 3" in blocking.stdout, \
+        blocking.stderr
+    assert blocking.stdout.strip().endswith("OK")
+    off = run_python(code, TORCHTPU_VALUE_CHECKS="0")
+    assert "no error at the op" in off.stdout and off.stdout.strip().endswith("OK"), off.stderr
