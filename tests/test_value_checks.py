@@ -3,6 +3,7 @@ point, with CPU's message, and the process and other tensors stay usable."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 import torch
@@ -145,6 +146,32 @@ def test_first_failure_is_reported():
     with pytest.raises(RuntimeError, match=r"take\(\): out of range"):
         torch.tpu.synchronize()
     torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_threads_share_the_state_without_losing_a_failure(mode):
+    """Four threads run checked ops and sync; the one bad index among them is reported exactly once."""
+    errors = []
+
+    def work(k):
+        weight = torch.randn(50, 8, device="tpu")
+        for i in range(40):
+            index = torch.randint(0, 50, (16,))
+            if (k, i) == (2, 20):
+                index[3] = 55
+            try:
+                F.embedding(index.to("tpu"), weight).sum().item()
+            except RuntimeError as e:
+                errors.append(str(e).splitlines()[0])
+
+    with torchtpu.eager_mode(mode):
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        torch.tpu.synchronize()
+    assert errors == ["index_select(): index out of range in self (index 55, dimension 0 with size 50)"]
 
 
 def test_valid_values_pass_in_every_mode():

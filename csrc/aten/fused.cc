@@ -248,6 +248,8 @@ std::vector<runtime::BufferPtr> run_op_by_op(const Trace& trace, const std::vect
 
 }  // namespace
 
+std::unique_lock<std::recursive_mutex> lock_trace() { return std::unique_lock<std::recursive_mutex>(trace_mutex()); }
+
 void flush_trace(const char* reason) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   Trace& t = current();

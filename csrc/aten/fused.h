@@ -53,6 +53,10 @@ class TraceRecording {
 // Runs the current trace, if any. `reason` is counted in the metrics.
 void flush_trace(const char* reason);
 
+// The lock a recording holds (recursive): while it is held, no other thread records, flushes or touches the
+// device's value-check state (aten/value_checks.h).
+std::unique_lock<std::recursive_mutex> lock_trace();
+
 struct FusedStats {
   int64_t ops_recorded = 0;
   int64_t programs_run = 0;

@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "aten/device_error.h"
+#include "aten/fused.h"
 #include "aten/storage.h"
 #include "aten/storage_ops.h"
 #include "eager/driver.h"
@@ -114,7 +116,7 @@ CheckState& check_state(int device) {
 void raise_value_errors(int device) {
   CheckState& state = check_state(device);
   if (!state.unread.load()) return;
-  std::unique_lock<std::mutex> lock(state.mutex);
+  std::unique_lock<std::recursive_mutex> lock = lock_trace();
   if (!state.unread.exchange(false)) return;
   StorageHandle& handle = storage_handle(state.tensor);
   int64_t word[3] = {0, 0, 0};

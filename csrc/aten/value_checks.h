@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
 #include "lowering/value_check.h"
@@ -25,10 +24,10 @@ void set_value_checks_enabled(bool enabled);
 int64_t register_check(const std::string& op, const lowering::ValueCheck& check);
 
 // One device's error state: an i64[3] tpu tensor (check id or 0, value, position) that checked programs
-// read and replace (a pending value in fused mode). Strict-mode callers hold `mutex` from reading the state
-// to binding the new one, so checked ops on several threads do not lose each other's failures.
+// read and replace (a pending value in fused mode). Its users hold lock_trace() (aten/fused.h) from reading
+// the state to binding the new one, as recording does, so checked ops on several threads, in any mode, do
+// not lose each other's failures.
 struct CheckState {
-  std::mutex mutex;
   at::Tensor tensor;
   std::atomic<bool> unread{false};  // a checked op ran since the last read
 };
