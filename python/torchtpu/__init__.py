@@ -18,10 +18,12 @@ torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module
 _printing.install()
 _accelerate.install()  # accelerate (Trainer) places batches on tpu
 
-from torchtpu import cache  # noqa: E402,F401
+from torchtpu import cache, compile  # noqa: E402,F401
 from torchtpu.eager import current_eager_mode, eager_mode  # noqa: E402
 from torchtpu.metrics import metrics, reset_metrics  # noqa: E402
 from torchtpu.checks import value_checks, value_checks_enabled  # noqa: E402
+
+compile.install()  # torch.compile(backend="tpu") and dynamo's tpu device interface
 
 __all__ = ["metrics", "reset_metrics", "plugin_info", "eager_mode", "current_eager_mode", "value_checks",
            "value_checks_enabled"]

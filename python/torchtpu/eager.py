@@ -46,8 +46,9 @@ def flush() -> None:
 
 
 def _after_optimizer_step(optimizer, args, kwargs) -> None:
-    # A training step ends here: one fused program per step, the same one every step.
-    if _C._eager_mode() == "fused":
+    # A training step ends here: one fused program per step, the same one every step. Inside
+    # torch.compile the compiled step is one program already.
+    if not torch.compiler.is_compiling() and _C._eager_mode() == "fused":
         _C._flush("optimizer step")
 
 

@@ -82,3 +82,19 @@ def test_bfloat16_loading(llama_dir):
         # bfloat16 on both sides, summed in different orders: a few bfloat16 ulps at |logit| < 1
         torch.testing.assert_close(logits.cpu(), cpu(ids).logits, atol=2e-2, rtol=0)
         assert torch.equal(model.generate(ids.to("tpu"), max_new_tokens=3, do_sample=False).cpu()[:, :6], ids)
+
+
+def test_static_cache_generation_compiles_with_the_tpu_backend_and_then_never_again():
+    """transformers compiles the decode step with torch.compile(backend="tpu") for a static cache."""
+    torch._dynamo.reset()
+    model = ARCHITECTURES["llama"].build().eval()
+    ids = prompt()
+    expected = model.generate(ids, max_new_tokens=8, do_sample=False)
+    model.to("tpu")
+    first = model.generate(ids.to("tpu"), max_new_tokens=8, do_sample=False, cache_implementation="static")
+    torchtpu.reset_metrics()
+    again = model.generate(ids.to("tpu"), max_new_tokens=8, do_sample=False, cache_implementation="static")
+    assert first.cpu().tolist() == expected.tolist() == again.cpu().tolist()
+    fused = torchtpu.metrics()["fused"]
+    assert fused["ops_recorded"] > 0 and fused["compiles"] == 0  # decode steps ran compiled, from the cache
+    torch._dynamo.reset()

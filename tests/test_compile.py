@@ -1,0 +1,113 @@
+"""torch.compile(backend="tpu") against eager CPU (docs/compile.md). Tolerance 1e-4 (float32)."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torchtpu
+
+TOL = dict(atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def train_steps(model, device, steps, compiled, batch=8):
+    torch.manual_seed(1)
+    model = copy.deepcopy(model).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    forward = torch.compile(model, backend="tpu") if compiled else model
+    step = torch.compile(opt.step, backend="tpu") if compiled else opt.step
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(batch, *model_input_shape(model))
+        loss = forward(x.to(device)).square().mean()
+        loss.backward()
+        step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return model, losses
+
+
+def model_input_shape(model):
+    return (3, 8, 8) if isinstance(model[0], nn.Conv2d) else (16,)
+
+
+MLP = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+# No conv bias: batch norm cancels its gradient, and AdamW would amplify the rounding noise left over.
+CNN = nn.Sequential(nn.Conv2d(3, 6, 3, bias=False), nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 36, 4))
+
+
+@pytest.mark.parametrize("model", [MLP, CNN], ids=["mlp", "cnn_batchnorm"])
+def test_compiled_training_with_compiled_adamw_matches_cpu(model):
+    cpu_model, cpu_losses = train_steps(model, "cpu", 3, compiled=False)
+    tpu_model, tpu_losses = train_steps(model, "tpu", 3, compiled=True)
+    torch.testing.assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), **TOL)
+    for (name, a), b in zip(tpu_model.state_dict().items(), cpu_model.state_dict().values()):
+        torch.testing.assert_close(a.cpu(), b, **TOL, msg=name)  # batch norm running stats land too
+
+
+def test_compiled_eval_matches_cpu():
+    torch.manual_seed(0)
+    model = copy.deepcopy(CNN).eval()
+    x = torch.randn(4, 3, 8, 8)
+    compiled = torch.compile(copy.deepcopy(model).to("tpu"), backend="tpu")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x.to("tpu")).cpu(), model(x), **TOL)
+
+
+def test_graph_break_runs_the_pieces_on_tpu():
+    def f(x):
+        y = torch.sin(x) * 2
+        torch._dynamo.graph_break()
+        return torch.cos(y) + 1
+
+    x = torch.randn(5, 7)
+    out = torch.compile(f, backend="tpu")(x.to("tpu"))
+    assert out.device.type == "tpu"
+    torch.testing.assert_close(out.cpu(), f(x), **TOL)
+
+
+def test_new_batch_size_recompiles_once_then_hits_the_cache():
+    frames = []
+
+    def counting_backend(gm, example_inputs):
+        frames.append(gm)
+        return torchtpu.compile.tpu_backend(gm, example_inputs)
+
+    model = copy.deepcopy(MLP).to("tpu")
+    f = torch.compile(model, backend=counting_backend, dynamic=False)
+    for batch in (4, 4, 6, 6, 4, 6):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(f(x.to("tpu")).cpu(), model.cpu()(x), **TOL)
+        model.to("tpu")
+    assert len(frames) == 2
+    torchtpu.reset_metrics()
+    f(torch.randn(6, 16, device="tpu")).sum().item()
+    assert torchtpu.metrics()["fused"]["compiles"] == 0
+
+
+def test_steady_state_training_compiles_nothing():
+    model = copy.deepcopy(MLP).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    forward = torch.compile(model, backend="tpu")
+    step = torch.compile(opt.step, backend="tpu")
+    for i in range(4):
+        if i == 2:
+            torchtpu.reset_metrics()
+        forward(torch.randn(8, 16, device="tpu")).sum().backward()
+        step()
+        opt.zero_grad()
+    torch.tpu.synchronize()
+    assert torchtpu.metrics()["fused"]["compiles"] == 0
+
+
+def test_op_without_lowering_warns_and_still_runs():
+    x = torch.randn(6, 4)
+    with pytest.warns(UserWarning, match="no tpu lowering"):
+        out = torch.compile(lambda t: torch.geqrf(t)[0].abs().sum() + t.sum(), backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(out.cpu(), torch.geqrf(x)[0].abs().sum() + x.sum(), **TOL)
