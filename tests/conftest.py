@@ -21,3 +21,10 @@ def metrics():
 def seeded():
     """Every test draws the same random inputs on every run, so a tolerance is checked on fixed data."""
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def survivor():
+    """A tpu tensor made before a failure; ``helpers.assert_usable`` checks it afterwards."""
+    cpu = torch.arange(6.0).view(2, 3)
+    return cpu.to("tpu"), cpu

@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import torch
+
 import torchtpu
 
 
@@ -25,3 +27,15 @@ def start_python(code: str, **env: str) -> subprocess.Popen:
     """Like run_python, but returns at once: the caller reads the child's output as it comes (text pipes)."""
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=_child_env(env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def assert_usable(survivor) -> None:
+    """The tensor made before the error still has its values, and new ops (compiled or cached) work."""
+    tpu, cpu = survivor
+    assert tpu.device == torch.device("tpu", 0)
+    torch.testing.assert_close(tpu.cpu(), cpu)
+    torch.testing.assert_close((tpu * 2 + 1).cpu(), cpu * 2 + 1)
+    torch.testing.assert_close((tpu @ tpu.t()).cpu(), cpu @ cpu.t())
+    fresh = torch.full((4,), 3.0, device="tpu")
+    torch.testing.assert_close(fresh.sum().cpu(), torch.tensor(12.0))
+    torch.tpu.synchronize()

@@ -111,3 +111,12 @@ def test_op_without_lowering_warns_and_still_runs():
     with pytest.warns(UserWarning, match="no tpu lowering"):
         out = torch.compile(lambda t: torch.geqrf(t)[0].abs().sum() + t.sum(), backend="tpu")(x.to("tpu"))
     torch.testing.assert_close(out.cpu(), torch.geqrf(x)[0].abs().sum() + x.sum(), **TOL)
+
+
+def test_value_checks_hold_inside_compiled_graphs():
+    """A compiled graph runs through the same rules, so an index past the end raises at the next sync."""
+    f = torch.compile(lambda x, i: torch.gather(x, 0, i) * 2, backend="tpu")
+    x = torch.arange(3.0, device="tpu")
+    with pytest.raises(RuntimeError, match="index 9 is out of bounds for dimension 0 with size 3"):
+        f(x, torch.tensor([1, 9], device="tpu")).cpu()
+    torch.testing.assert_close(f(x, torch.tensor([2, 0], device="tpu")).cpu(), torch.tensor([4.0, 0.0]))

@@ -9,31 +9,12 @@ import pytest
 import torch
 
 import torchtpu
-from helpers import run_python
+from helpers import assert_usable, run_python
 
 SAME_DEVICE_MESSAGE = "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!"
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def survivor():
-    """A tpu tensor made before the error; ``assert_usable`` checks it afterwards."""
-    cpu = torch.arange(6.0).view(2, 3)
-    return cpu.to("tpu"), cpu
-
-
-def assert_usable(survivor) -> None:
-    """The tensor made before the error still has its values, and new ops (compiled or cached) work."""
-    tpu, cpu = survivor
-    assert tpu.device == torch.device("tpu", 0)
-    torch.testing.assert_close(tpu.cpu(), cpu)
-    torch.testing.assert_close((tpu * 2 + 1).cpu(), cpu * 2 + 1)
-    torch.testing.assert_close((tpu @ tpu.t()).cpu(), cpu @ cpu.t())
-    fresh = torch.full((4,), 3.0, device="tpu")
-    torch.testing.assert_close(fresh.sum().cpu(), torch.tensor(12.0))
-    torch.tpu.synchronize()
-
 
 def capture(fn):
     """The exception ``fn()`` raises (fails the test if it raises none)."""
