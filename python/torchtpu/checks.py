@@ -7,22 +7,16 @@ message, as CUDA reports device-side asserts. ``TORCHTPU_VALUE_CHECKS=0`` turns 
 from __future__ import annotations
 
 from torchtpu import _C
+from torchtpu._setting import ProcessSetting
 
 
-class value_checks:
+class value_checks(ProcessSetting):
     """Turns value checks on or off: ``torchtpu.value_checks(False)`` for the rest of the process, or
     ``with torchtpu.value_checks(False):`` for a block (the previous setting returns on exit). Programs are
     kept per setting, so switching back and forth compiles each op once per setting."""
 
     def __init__(self, enabled: bool) -> None:
-        self._previous = _C._value_checks()
-        _C._set_value_checks(bool(enabled))
-
-    def __enter__(self) -> "value_checks":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _C._set_value_checks(self._previous)
+        super().__init__(bool(enabled), _C._value_checks, _C._set_value_checks)
 
 
 def value_checks_enabled() -> bool:

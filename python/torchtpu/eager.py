@@ -14,11 +14,12 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from torchtpu import _C
+from torchtpu._setting import ProcessSetting
 
 MODES = ("debug", "strict", "fused")
 
 
-class eager_mode:
+class eager_mode(ProcessSetting):
     """Switches the eager mode: ``torchtpu.eager_mode("fused")`` for the rest of the process, or
     ``with torchtpu.eager_mode("fused"):`` for a block (the previous mode returns on exit). Switching
     runs whatever fused mode has recorded so far."""
@@ -26,14 +27,7 @@ class eager_mode:
     def __init__(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown eager mode {mode!r}: expected one of {', '.join(MODES)}")
-        self._previous = _C._eager_mode()
-        _C._set_eager_mode(mode)
-
-    def __enter__(self) -> "eager_mode":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _C._set_eager_mode(self._previous)
+        super().__init__(mode, _C._eager_mode, _C._set_eager_mode)
 
 
 def current_eager_mode() -> str:
