@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torchtpu
+from torchtpu.testing.models import SmallGPT
 
 TOL = dict(atol=1e-4, rtol=1e-4)
 
@@ -49,6 +50,64 @@ def test_compiled_training_with_compiled_adamw_matches_cpu(model):
     torch.testing.assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), **TOL)
     for (name, a), b in zip(tpu_model.state_dict().items(), cpu_model.state_dict().values()):
         torch.testing.assert_close(a.cpu(), b, **TOL, msg=name)  # batch norm running stats land too
+
+
+def test_compiled_gpt_training_step_with_compiled_adamw_matches_cpu_and_settles():
+    """Causal attention, layer norm, GELU, cross entropy, clipping and AdamW: 5 steps, then no compiles."""
+    torch.manual_seed(0)
+    reference = SmallGPT()
+    idx = torch.randint(0, 64, (4, 17))
+
+    def run(device, compiled, steps=5):
+        model = copy.deepcopy(reference).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        forward = torch.compile(model, backend="tpu") if compiled else model
+        step = torch.compile(opt.step, backend="tpu") if compiled else opt.step
+        x, y = idx[:, :-1].to(device), idx[:, 1:].to(device)
+        losses = []
+        for i in range(steps):
+            if i == steps - 1:
+                torchtpu.reset_metrics()
+            loss = nn.functional.cross_entropy(forward(x).flatten(0, 1), y.flatten())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return model, losses
+
+    cpu_model, cpu_losses = run("cpu", compiled=False)
+    tpu_model, tpu_losses = run("tpu", compiled=True)
+    assert torchtpu.metrics()["fused"]["compiles"] == 0  # the last step
+    torch.testing.assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), **TOL)
+    for (name, a), b in zip(tpu_model.state_dict().items(), cpu_model.state_dict().values()):
+        a = a.cpu()
+        if name.endswith("qkv.bias"):
+            # The key bias has gradient 0 in exact arithmetic (softmax ignores a constant added to a row of
+            # scores), so AdamW turns rounding noise into steps of up to lr: checked at that scale.
+            keys = slice(a.shape[0] // 3, 2 * a.shape[0] // 3)
+            torch.testing.assert_close(a[keys], b[keys], atol=5 * 1e-2, rtol=0, msg=name)
+            a[keys], b = 0, b.clone()
+            b[keys] = 0
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=2e-4, msg=name)
+
+
+def test_compiled_multihead_attention_forward_and_backward_match_cpu():
+    """Attention's output follows its (transposed) query's layout, as the graph's later views assume."""
+    torch.manual_seed(0)
+    cpu = nn.MultiheadAttention(16, 2, batch_first=True)
+    tpu = copy.deepcopy(cpu).to("tpu")
+    x = torch.randn(2, 5, 16)
+    xt = x.to("tpu").requires_grad_()
+    x.requires_grad_()
+    expected, _ = cpu(x, x, x)
+    out, _ = torch.compile(tpu, backend="tpu")(xt, xt, xt)
+    torch.testing.assert_close(out.cpu(), expected, **TOL)
+    expected.square().sum().backward()
+    out.square().sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, **TOL)
+    for (name, a), b in zip(tpu.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, **TOL, msg=name)
 
 
 def test_compiled_eval_matches_cpu():

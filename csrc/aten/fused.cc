@@ -36,17 +36,15 @@ struct Trace {
   int device = -1;
   std::vector<TraceOp> ops;
   std::vector<runtime::BufferPtr> externals;
+  std::vector<ExternalOrigin> origins;  // per external
+  // Externals that may be shared by buffer: constants and storages (a CPU scalar or an RNG state that
+  // happens to share a cached buffer stays its own external, so a replay can give it its new value).
   std::unordered_map<const runtime::Buffer*, int> external_index;
   std::vector<Binding> bindings;
   // The external that was a storage's buffer when the trace first read it: a live result for that storage
   // may take the buffer over (donation), as an in-place update does in strict mode.
   std::unordered_map<const c10::StorageImpl*, int> original_external;
   cache::ProgramKey key;  // op ids and wiring, as recorded
-};
-
-struct FusedProgram {
-  std::unique_ptr<runtime::Executable> executable;  // null: the trace runs op by op
-  std::vector<int64_t> aliased_externals;  // externals the program may donate to a result
 };
 
 // TORCHTPU_FUSED_OP_BY_OP=1 runs every trace op by op: tells a fusion problem from a recording one.
@@ -181,16 +179,29 @@ TraceRecording::~TraceRecording() = default;
 TraceSource TraceRecording::storage(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
   if (handle.pending && handle.pending->trace == current().id) return {handle.pending->op, handle.pending->output};
-  const TraceSource source = external(storage_buffer(tensor));
+  ExternalOrigin origin;
+  origin.kind = ExternalOrigin::Kind::kStorage;
+  origin.storage = tensor.storage().unsafeGetStorageImpl();
+  const TraceSource source = external(storage_buffer(tensor), std::move(origin));
   current().original_external.emplace(tensor.storage().unsafeGetStorageImpl(), source.index);
   return source;
 }
 
-TraceSource TraceRecording::external(runtime::BufferPtr buffer) {
+TraceSource TraceRecording::external(runtime::BufferPtr buffer, ExternalOrigin origin) {
   Trace& t = current();
-  auto [it, added] = t.external_index.emplace(buffer.get(), static_cast<int>(t.externals.size()));
-  if (added) t.externals.push_back(std::move(buffer));
-  return {-1, it->second};
+  const bool shareable = origin.kind == ExternalOrigin::Kind::kConstant || origin.kind == ExternalOrigin::Kind::kStorage;
+  if (shareable) {
+    auto it = t.external_index.find(buffer.get());
+    if (it != t.external_index.end() && t.origins[it->second].kind == origin.kind &&
+        t.origins[it->second].storage == origin.storage) {
+      return {-1, it->second};
+    }
+  }
+  const int index = static_cast<int>(t.externals.size());
+  if (shareable) t.external_index.emplace(buffer.get(), index);
+  t.externals.push_back(std::move(buffer));
+  t.origins.push_back(std::move(origin));
+  return {-1, index};
 }
 
 int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, std::vector<TraceSource> sources) {
@@ -246,17 +257,8 @@ std::vector<runtime::BufferPtr> run_op_by_op(const Trace& trace, const std::vect
   return outputs;
 }
 
-}  // namespace
-
-std::unique_lock<std::recursive_mutex> lock_trace() { return std::unique_lock<std::recursive_mutex>(trace_mutex()); }
-
-void flush_trace(const char* reason) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  Trace& t = current();
-  if (t.ops.empty()) return;
-  Trace trace = std::move(t);
-  t = Trace{};
-  count_flush(reason);
+// Runs `trace` as one program (compiled once per key) and binds its live results.
+FlushedTrace run_trace(Trace trace) {
 
   // Results still needed: storages alive and still holding the value this trace gives them.
   std::vector<const Binding*> live;
@@ -310,6 +312,43 @@ void flush_trace(const char* reason) {
       program->executable ? run_fused(trace, *program) : run_op_by_op(trace, live);
   counters().programs_run++;
   for (size_t i = 0; i < live.size(); ++i) storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
+  return FlushedTrace{std::move(program), trace.device, std::move(trace.externals), std::move(trace.origins),
+                      std::move(storages)};
+}
+
+}  // namespace
+
+std::unique_lock<std::recursive_mutex> lock_trace() { return std::unique_lock<std::recursive_mutex>(trace_mutex()); }
+
+void flush_trace(const char* reason) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  Trace& t = current();
+  if (t.ops.empty()) return;
+  Trace trace = std::move(t);
+  t = Trace{};
+  count_flush(reason);
+  run_trace(std::move(trace));
+}
+
+uint64_t begin_capture() {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  flush_trace("compiled graph");
+  Trace& t = current();
+  t.id = next_trace_id();
+  return t.id;
+}
+
+std::optional<FlushedTrace> end_capture(uint64_t id) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  Trace& t = current();
+  if (t.id != id || t.ops.empty()) {
+    flush_trace("compiled graph");
+    return std::nullopt;
+  }
+  Trace trace = std::move(t);
+  t = Trace{};
+  count_flush("compiled graph");
+  return run_trace(std::move(trace));
 }
 
 FusedStats fused_stats() {

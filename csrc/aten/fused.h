@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "aten/op_signature.h"
@@ -33,13 +34,29 @@ struct TraceSource {
   int index = 0;
 };
 
+// Where an external buffer came from, so that a captured trace can run again on new inputs
+// (aten/compiled_graph.h).
+struct ExternalOrigin {
+  enum class Kind {
+    kConstant,   // fixed by the recorded ops: a scalar operand, a view's offset
+    kStorage,    // the buffer a storage held when the trace first read it
+    kRngState,   // the default generator's state for `rng_draws` draws
+    kCpuScalar,  // the value of a 0-dim CPU tensor
+    kOpaque,     // none of these (an explicit generator's state): a capture cannot replay it
+  };
+  Kind kind = Kind::kConstant;
+  const c10::StorageImpl* storage = nullptr;  // kStorage: identity only, never dereferenced
+  int64_t rng_draws = 0;
+  at::Tensor cpu_scalar;
+};
+
 // Holds the trace for the duration of one op's recording (ops from several threads interleave whole).
 class TraceRecording {
  public:
   explicit TraceRecording(int device);
   // The source of a tensor's storage: its pending value in this trace, else its buffer as an external.
   TraceSource storage(const at::Tensor& t);
-  TraceSource external(runtime::BufferPtr buffer);
+  TraceSource external(runtime::BufferPtr buffer, ExternalOrigin origin = {});
   // Appends the op; returns its index.
   int add_op(std::shared_ptr<OpSignature> signature, std::vector<TraceSource> sources);
   // Result `output` of op `op` becomes the value of `storage`.
@@ -52,6 +69,28 @@ class TraceRecording {
 
 // Runs the current trace, if any. `reason` is counted in the metrics.
 void flush_trace(const char* reason);
+
+// A trace's program, kept to run again on other buffers (aten/compiled_graph.h).
+struct FusedProgram {
+  std::unique_ptr<runtime::Executable> executable;  // null: the trace runs op by op
+  std::vector<int64_t> aliased_externals;  // externals the program may donate to a result
+};
+
+// What a flush ran: the program, what fed each of its parameters, and the storage each result went to.
+struct FlushedTrace {
+  std::shared_ptr<FusedProgram> program;
+  int device = 0;
+  std::vector<runtime::BufferPtr> externals;
+  std::vector<ExternalOrigin> origins;
+  std::vector<c10::intrusive_ptr<c10::StorageImpl>> results;
+};
+
+// Flushes the current trace and starts an empty one; returns its id. Ops recorded until
+// end_capture(id) form one trace unless something flushes it on the way.
+uint64_t begin_capture();
+// Runs the trace begun by begin_capture(id) and describes it, or returns nothing (and runs whatever was
+// recorded) when that trace was flushed before.
+std::optional<FlushedTrace> end_capture(uint64_t id);
 
 // The lock a recording holds (recursive): while it is held, no other thread records, flushes or touches the
 // device's value-check state (aten/value_checks.h).

@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 
+#include "aten/storage.h"
 #include "runtime/plugin.h"
 
 namespace torchtpu::aten {
@@ -84,13 +85,19 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   return generators[static_cast<size_t>(index)];
 }
 
-std::array<uint64_t, 2> next_rng_state(const std::optional<at::Generator>& generator, c10::DeviceIndex device,
-                                       int64_t draws) {
+runtime::BufferPtr next_rng_state(const std::optional<at::Generator>& generator, c10::DeviceIndex device,
+                                  int64_t draws) {
   at::Generator gen = generator.has_value() && generator->defined() ? *generator : default_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  auto* impl = dynamic_cast<TpuGeneratorImpl*>(gen.unsafeGetGeneratorImpl());
-  TORCH_CHECK(impl != nullptr, "expected a tpu generator, got one for ", gen.device());
-  return impl->advance(static_cast<uint64_t>(draws));
+  std::array<uint64_t, 2> seed_offset;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    auto* impl = dynamic_cast<TpuGeneratorImpl*>(gen.unsafeGetGeneratorImpl());
+    TORCH_CHECK(impl != nullptr, "expected a tpu generator, got one for ", gen.device());
+    seed_offset = impl->advance(static_cast<uint64_t>(draws));
+  }
+  at::Tensor host = at::empty({2}, at::TensorOptions().dtype(at::kUInt64));
+  std::memcpy(host.mutable_data_ptr(), seed_offset.data(), sizeof(seed_offset));
+  return upload_contiguous(host, device);
 }
 
 }  // namespace torchtpu::aten

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <exception>
+#include <numeric>
 #include <optional>
 #include <cstdlib>
 #include <unordered_map>
@@ -40,6 +41,18 @@ ViewGeometry geometry(const at::Tensor& t) {
 }
 
 ir::Type ir_type(const at::Tensor& t) { return ir::Type{to_dtype(t.scalar_type()), t.sizes().vec()}; }
+
+// The dims of a dense result from outermost to innermost in memory, when the meta kernel lays it out in
+// another order than row-major (an elementwise op on a transposed input, attention following its query's
+// layout, channels-last convolution); empty for a row-major one. The result is then made in that layout,
+// as CPU makes it: a compiled graph's later views and as_strided calls assume the meta kernel's strides.
+std::vector<int64_t> memory_order(const at::Tensor& t) {
+  if (!t.defined() || t.is_contiguous() || !t.is_non_overlapping_and_dense()) return {};
+  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  return order;
+}
 
 // Whether the rule reads the argument's current value: out= arguments and the self of ops that overwrite
 // it (fill_, copy_, uniform_, ...) are only written.
@@ -315,6 +328,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   // flattened), then the new values of the mutated tensors that are present, in argument order.
   std::vector<ir::Type> outputs;
   std::vector<bool> undefined_outputs;
+  std::vector<at::Tensor> functional_meta;  // each functional output as the meta kernel made it
   const auto& returns = op.schema().returns();
   size_t alias_index = 0;
   for (size_t j = 0; j < returns.size(); ++j) {
@@ -333,6 +347,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       for (const at::Tensor& t : list) {
         outputs.push_back(ir_type(t));
         undefined_outputs.push_back(false);
+        functional_meta.push_back(t);
       }
     } else {
       // An undefined result (output_mask false) gets a placeholder type; its rule returns an invalid Value.
@@ -340,6 +355,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       signature->returns.push_back({ReturnPlan::Kind::kTensor, outputs.size(), 1});
       outputs.push_back(t.defined() ? ir_type(t) : ir::Type{DType::kF32, {0}});
       undefined_outputs.push_back(!t.defined());
+      functional_meta.push_back(t);
     }
   }
   const size_t num_functional = outputs.size();
@@ -434,15 +450,27 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   std::vector<runtime::ArrayType> result_types;
   for (size_t r = 0; r < results.size(); ++r) {
     if (r < num_functional && undefined_outputs[r]) {
-      OutputBinding binding{{}, at::kFloat, DType::kF32, {}};
+      OutputBinding binding;
+      binding.dtype = at::kFloat;
+      binding.buffer_dtype = DType::kF32;
       binding.defined = false;
       signature->functional.push_back(binding);
       continue;
     }
     ir::Value value = g.convert(results[r], outputs[r].dtype);
-    OutputBinding binding{outputs[r].dims, to_scalar_type(outputs[r].dtype), outputs[r].dtype, {}};
+    OutputBinding binding;
+    binding.sizes = outputs[r].dims;
+    binding.dtype = to_scalar_type(outputs[r].dtype);
+    binding.buffer_dtype = outputs[r].dtype;
     if (r < num_functional) {
-      binding.buffer_dims = outputs[r].dims;  // the buffer keeps the result's shape
+      // The buffer keeps the result's shape, its dims in memory order for a result that is not row-major.
+      binding.buffer_dims = outputs[r].dims;
+      const std::vector<int64_t> order = memory_order(functional_meta[r]);
+      if (!order.empty()) {
+        binding.strides = functional_meta[r].strides().vec();
+        for (size_t d = 0; d < order.size(); ++d) binding.buffer_dims[d] = outputs[r].dims[order[d]];
+        value = g.transpose(value, order);
+      }
       signature->functional.push_back(binding);
     } else {
       // Write through the mutated tensor's view into its whole storage, unless the rule left it as read.

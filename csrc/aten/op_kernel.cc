@@ -116,11 +116,8 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
       for (size_t i = first; i < stack.size(); ++i) {
         if (stack[i].isGenerator()) generator = &stack[i];
       }
-      const std::array<uint64_t, 2> seed_offset = next_rng_state(
-          generator ? std::optional<at::Generator>(generator->toGenerator()) : std::nullopt, device, rng_draws);
-      at::Tensor host = at::empty({2}, at::TensorOptions().dtype(at::kUInt64));
-      std::memcpy(host.mutable_data_ptr(), seed_offset.data(), sizeof(seed_offset));
-      return upload_contiguous(host, device);
+      return next_rng_state(generator ? std::optional<at::Generator>(generator->toGenerator()) : std::nullopt, device,
+                            rng_draws);
     }
     case ParamSource::Kind::kCheckState:
       return storage_buffer(check_state(device).tensor);
@@ -130,6 +127,9 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
 
 // A fresh tensor on the current tpu device, without a dispatch; its storage is bound by the caller.
 at::Tensor new_tensor(const OutputBinding& binding) {
+  if (!binding.strides.empty()) {
+    return empty_strided(binding.sizes, binding.strides, binding.dtype, std::nullopt, std::nullopt, std::nullopt);
+  }
   return empty_memory_format(binding.sizes, binding.dtype, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
 }
 
@@ -212,6 +212,22 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
   }
 }
 
+// What a replay of the trace must give a parameter that is not a storage (aten/compiled_graph.h).
+ExternalOrigin origin(const ParamSource& source, const torch::jit::Stack& stack, size_t first, CallTensors& tensors,
+                      int64_t rng_draws) {
+  ExternalOrigin o;
+  if (source.kind == ParamSource::Kind::kCpuScalar) {
+    o.kind = ExternalOrigin::Kind::kCpuScalar;
+    o.cpu_scalar = tensors.get(source.arg, source.element);
+  } else if (source.kind == ParamSource::Kind::kRngState) {
+    bool explicit_generator = false;
+    for (size_t i = first; i < stack.size(); ++i) explicit_generator |= stack[i].isGenerator();
+    o.kind = explicit_generator ? ExternalOrigin::Kind::kOpaque : ExternalOrigin::Kind::kRngState;
+    o.rng_draws = rng_draws;
+  }
+  return o;
+}
+
 // Fused mode: the call joins the trace instead of running; its results are pending values.
 void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, torch::jit::Stack& stack,
             size_t first, c10::DeviceIndex device) {
@@ -225,7 +241,8 @@ void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, t
     } else if (source.kind == ParamSource::Kind::kCheckState) {
       sources.push_back(trace.storage(check_state(device).tensor));  // chained through the trace like any value
     } else {
-      sources.push_back(trace.external(param_buffer(source, stack, first, tensors, device, signature->rng_draws)));
+      sources.push_back(trace.external(param_buffer(source, stack, first, tensors, device, signature->rng_draws),
+                                       origin(source, stack, first, tensors, signature->rng_draws)));
     }
   }
   const int op = trace.add_op(signature, std::move(sources));
@@ -253,7 +270,9 @@ void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex 
     std::vector<at::Tensor> elements = list_elements(stack[i]);
     bool moved = false;
     for (at::Tensor& t : elements) {
-      if (t.defined() && t.device().is_cpu()) {
+      // A 0-dim CPU tensor in a Tensor[] (a foreach op's per-tensor scalars, such as compiled Adam's bias
+      // corrections) stays where it is: its value is a program operand, as a lone one's is.
+      if (t.defined() && t.device().is_cpu() && !(stack[i].isTensorList() && t.dim() == 0)) {
         t = t.to(c10::Device(c10::DeviceType::PrivateUse1, device));
         moved = true;
       }

@@ -37,13 +37,14 @@ struct ParamSource {
 
 // How one program result is bound: a new tensor, or the new storage contents of a mutated argument.
 struct OutputBinding {
-  std::vector<int64_t> sizes;  // functional output sizes (contiguous), or the mutated arg's sizes
+  std::vector<int64_t> sizes;  // functional output sizes, or the mutated arg's sizes
   at::ScalarType dtype;
   DType buffer_dtype;          // the program result's element type
   std::vector<int64_t> buffer_dims;
   size_t arg = 0;              // for writes: the mutated argument's index
   int element = -1;            // for writes into a tensor list: the element
   bool defined = true;         // false: an undefined result (a backward op's output_mask entry was false)
+  std::vector<int64_t> strides;  // a functional output's strides when not row-major (the meta kernel's), else empty
 };
 
 // What the schema's returns are made of, in return order.

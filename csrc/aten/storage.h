@@ -45,8 +45,9 @@ inline StorageHandle& storage_handle(const at::Tensor& tensor) { return storage_
 const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor);
 // Element type and element count of the storage's buffer as it would be read (see storage_buffer).
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);
-// The dims of the storage's buffer: a program result keeps its tensor's shape, so a program that reads the
-// whole tensor takes it as is (no reshape for the compiler to see through); {numel} before the first write.
+// The dims of the storage's buffer: a program result keeps its tensor's shape (dims in memory order when it
+// is not row-major), so a program that reads the whole tensor takes it as is (no reshape for the compiler to
+// see through); {numel} before the first write.
 std::vector<int64_t> storage_dims(const at::Tensor& tensor);
 
 DType to_dtype(at::ScalarType type);  // throws a clear error for types tpu lacks

@@ -116,6 +116,21 @@ Value structured_read(Graph& g, Value flat, const ViewGeometry& view, Value offs
   return g.broadcast_in_dim(dense, view.sizes, broadcast_dims);
 }
 
+// The view's dims from outermost to innermost in memory when it is dense and non-overlapping in some order
+// (a transposed or channels-last tensor), else empty.
+std::vector<int64_t> dense_order(const ViewGeometry& view) {
+  std::vector<int64_t> order(view.sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return view.strides[a] > view.strides[b]; });
+  int64_t expected = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    const int64_t d = order[k];
+    if (view.sizes[d] != 1 && view.strides[d] != expected) return {};
+    expected *= view.sizes[d];
+  }
+  return order;
+}
+
 }  // namespace
 
 int64_t ViewGeometry::numel() const {
@@ -150,6 +165,11 @@ Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value, Va
   const int64_t n = g.type(typed).dims[0];
   if (!offset.valid() && covers_storage(view, view.dtype, n)) return g.reshape(value, {n});
   if (view.numel() == 0) return typed;
+  if (!offset.valid() && view.offset == 0 && view.numel() == n) {
+    // The whole storage in another order: the value laid out in memory order replaces it.
+    const std::vector<int64_t> order = dense_order(view);
+    if (!order.empty()) return g.reshape(g.transpose(value, order), {n});
+  }
   if (offset.valid() && view.is_contiguous()) {
     return g.dynamic_update_slice(typed, g.reshape(value, {view.numel()}), {offset});
   }

@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 
 #include "aot/recorder.h"
+#include "aten/compiled_graph.h"
 #include "aten/fused.h"
 #include "aten/generator.h"
 #include "aten/metrics.h"
@@ -60,11 +61,16 @@ py::dict metrics() {
   py::dict flushes;
   for (const auto& [reason, n] : fused_stats.flushes) flushes[py::str(reason)] = n;
   fused["flushes"] = flushes;
+  const aten::CompiledGraphStats compiled_stats = aten::compiled_graph_stats();
+  py::dict compiled;
+  compiled["captures"] = compiled_stats.captures;
+  compiled["replays"] = compiled_stats.replays;
   py::dict out;
   out["ops"] = ops;
   out["transfers"] = transfers;
   out["program_cache"] = program_cache;
   out["fused"] = fused;
+  out["compiled"] = compiled;
   return out;
 }
 
@@ -112,6 +118,26 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     translate([&reason] { aten::flush_trace(reason.c_str()); });
   });
+  py::class_<aten::CompiledGraph, std::shared_ptr<aten::CompiledGraph>>(m, "_CompiledGraph")
+      .def("take_cpu_scalars", &aten::CompiledGraph::take_cpu_scalars)
+      .def("fits", [](const aten::CompiledGraph& graph, const std::vector<at::Tensor>& inputs) {
+        return translate([&] { return graph.fits(inputs); });
+      })
+      .def("run", [](const aten::CompiledGraph& graph, const std::vector<at::Tensor>& inputs,
+                     const std::vector<at::Tensor>& cpu_scalars) {
+        return translate([&] { return graph.run(inputs, cpu_scalars); });
+      });
+  m.def("_capture_begin", [] { return translate([] { return aten::begin_capture(); }); });
+  // Returns (graph, None), or (None, why the capture cannot be replayed).
+  m.def("_capture_end", [](uint64_t trace, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+    std::string why_not;
+    std::shared_ptr<aten::CompiledGraph> graph;
+    {
+      py::gil_scoped_release no_gil;  // the capture compiles the program
+      graph = translate([&] { return aten::CompiledGraph::capture(trace, inputs, outputs, why_not); });
+    }
+    return py::make_tuple(graph, graph ? py::none() : py::cast(why_not));
+  });
   m.def("_memory_stats", [](int device) {
     const runtime::MemoryStats stats = runtime::memory_stats(device);
     py::dict d;
@@ -143,6 +169,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_metrics", [] {
     aten::reset_metrics();
     aten::reset_fused_stats();
+    aten::reset_compiled_graph_stats();
   });
   m.def("_lowered_ops", [] {
     std::vector<std::string> names;

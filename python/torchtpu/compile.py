@@ -11,6 +11,7 @@ on the CPU between the programs before and after it (the eager fallback), never 
 """
 from __future__ import annotations
 
+import operator
 import warnings
 
 import torch
@@ -18,6 +19,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.device_interface import DeviceInterface, register_interface_for_device
 
+import torchtpu._C
 from torchtpu.eager import eager_mode
 
 __all__ = ["tpu_backend"]
@@ -46,22 +48,150 @@ def _decompositions() -> dict:
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
-    """One AOT graph (forward, backward or inference) as a function run as one fused program per call."""
+    """One AOT graph (forward, backward or inference) as a function run as one program per call."""
     missing = sorted({_op_name(n.target) for n in gm.graph.nodes
                       if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
                       and n.target.namespace == "aten" and not _runs_on_tpu(n.target)})
     if missing:
         warnings.warn(f"torchtpu: torch.compile graph has ops with no tpu lowering: {', '.join(missing)}; "
                       "each runs on the CPU between the compiled programs around it (a graph break)", stacklevel=2)
+    return _GraphRunner(gm)
 
-    def run(args: list) -> list:
-        with eager_mode("fused"):  # leaving the block runs the recorded graph as one program
-            outputs = gm(*args)
-        args.clear()  # the graph's inputs may go as soon as the program has them
+
+def _is_device_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "tpu"
+
+
+def _tensors(value) -> list:
+    return [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, torch.Tensor)]
+
+
+class _ValueRecorder(torch.fx.Interpreter):
+    """Runs the graph once, remembering which node made each CPU tensor and which nodes are CPU-only."""
+
+    def __init__(self, gm):
+        super().__init__(gm)
+        # id(CPU tensor) -> (node, index in the node's list result or None, tensor); the tensor is kept so
+        # its id stays its own.
+        self.made_by = {}
+        self.cpu_nodes = set()
+
+    def run_node(self, node):
+        result = super().run_node(node)
+        listed = isinstance(result, (list, tuple))
+        for i, t in enumerate(result if listed else [result]):
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                self.made_by.setdefault(id(t), (node, i if listed else None, t))
+        if node.op == "call_function" and not any(_is_device_tensor(t) for t in _tensors(result)) and all(
+                n in self.cpu_nodes or (n.op in ("placeholder", "get_attr") and not _is_device_tensor(self.env[n]))
+                for n in node.all_input_nodes):
+            self.cpu_nodes.add(node)
+        return result
+
+
+class _GraphRunner:
+    """Runs one AOT graph. The first call records it in fused mode as one trace and keeps the program
+    with its plan (aten/compiled_graph.h); later calls run the graph's CPU part (a step count, say) as
+    Python ops, then the program on the new inputs, with no op dispatched on tpu. A graph that cannot be
+    replayed, or a call whose inputs differ from the capture's, runs through the fused driver."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.captured = False
+        self.program = None  # torchtpu._C._CompiledGraph
+        self.why_not = None  # why the graph is not replayed, once captured
+        # AOT autograd passes the arguments as one list (an instance attribute: wrappers copy __dict__).
+        self._boxed_call = True
+
+    def __call__(self, args: list):
+        if self.program is not None:
+            device_inputs = [args[i] for i in self.device_args] + self.device_constants
+            if self.program.fits(device_inputs):
+                outputs = self._replay(args, device_inputs)
+                args.clear()  # the graph's inputs may go as soon as the program has them
+                return outputs
+        if not self.captured:
+            self.captured = True
+            outputs = self._capture(args)
+        else:
+            with eager_mode("fused"):  # leaving the block runs the recorded graph as one program
+                outputs = self.gm(*args)
+        args.clear()
         return outputs
 
-    run._boxed_call = True  # AOT autograd passes the arguments as one list
-    return run
+    def _capture(self, args: list):
+        constants = [_attribute(self.gm, n.target) for n in self.gm.graph.nodes if n.op == "get_attr"]
+        self.device_args = [i for i, a in enumerate(args) if _is_device_tensor(a)]
+        self.device_constants = [c for c in constants if _is_device_tensor(c)]
+        recorder = _ValueRecorder(self.gm)
+        with eager_mode("fused"):
+            trace = torchtpu._C._capture_begin()
+            outputs = recorder.run(*args)
+            flat = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+            program, self.why_not = torchtpu._C._capture_end(
+                trace, [args[i] for i in self.device_args] + self.device_constants,
+                [o for o in flat if _is_device_tensor(o)])
+        if program is not None:
+            self._plan(recorder, program, flat, type(outputs))
+        return outputs
+
+    def _plan(self, recorder: _ValueRecorder, program, flat: list, output_type) -> None:
+        """Where each output of a replay comes from, and the CPU part that computes the CPU values."""
+        needed = []  # CPU-part nodes whose values a replay needs, in order
+
+        def cpu_node(t: torch.Tensor):
+            node, index, _ = recorder.made_by.get(id(t), (None, None, None))
+            if node is None or not (node.op in ("placeholder", "get_attr") or node in recorder.cpu_nodes):
+                return None
+            if (node, index) not in needed:
+                needed.append((node, index))
+            return needed.index((node, index))
+
+        scalar_slots = [cpu_node(t) for t in program.take_cpu_scalars()]
+        layout, device_index = [], 0
+        for value in flat:
+            if _is_device_tensor(value):
+                layout.append(("device", device_index))
+                device_index += 1
+            elif isinstance(value, torch.Tensor):
+                layout.append(("cpu", cpu_node(value)))
+            else:
+                layout.append(("constant", value))
+        if None in scalar_slots or any(kind == "cpu" and slot is None for kind, slot in layout):
+            self.why_not = "a CPU value it uses is computed from a tpu value"
+            return
+        self.program = program
+        self.scalar_slots = scalar_slots
+        self.layout = layout
+        self.output_type = output_type
+        self.cpu_part = _cpu_part(self.gm, recorder.cpu_nodes, needed) if recorder.cpu_nodes or needed else None
+
+    def _replay(self, args: list, device_inputs: list):
+        cpu_values = self.cpu_part(*args) if self.cpu_part is not None else []
+        device_outputs = self.program.run(device_inputs, [cpu_values[i] for i in self.scalar_slots])
+        outputs = [device_outputs[slot] if kind == "device" else cpu_values[slot] if kind == "cpu" else slot
+                   for kind, slot in self.layout]
+        return outputs if self.output_type is list else self.output_type(outputs)
+
+
+def _attribute(gm: torch.nn.Module, target: str):
+    value = gm
+    for name in target.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def _cpu_part(gm: torch.fx.GraphModule, cpu_nodes: set, needed: list) -> torch.fx.GraphModule:
+    """The graph's CPU-only nodes (all of them: their in-place updates of CPU inputs must happen on every
+    call) as a graph of the same inputs returning the `needed` values: (node, index in its list or None)."""
+    graph = torch.fx.Graph()
+    copied = {}
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr") or node in cpu_nodes:
+            copied[node] = graph.node_copy(node, lambda n: copied[n])
+    graph.output([copied[n] if i is None else graph.call_function(operator.getitem, (copied[n], i))
+                  for n, i in needed])
+    return torch.fx.GraphModule(gm, graph)
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
