@@ -14,21 +14,24 @@ from torchtpu.testing.models import SmallGPT
 Step = Callable[[], torch.Tensor]
 
 
-def make_gpt_adamw_step(device: torch.device) -> Step:
-    """2-layer GPT (d 128, seq 64, batch 8): default AdamW (foreach), clip_grad_norm_, cross entropy."""
+def make_gpt_adamw_step(device: torch.device, compile_backend: str | None = None) -> Step:
+    """2-layer GPT (d 128, seq 64, batch 8): default AdamW (foreach), clip_grad_norm_, cross entropy.
+    With `compile_backend`, the model and `opt.step` are each wrapped in torch.compile, as a user would."""
     torch.manual_seed(0)
     model = SmallGPT(vocab=256, dim=128, heads=4, layers=2, context=64).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     idx = torch.randint(0, 256, (8, 65)).to(device)
     x, y = idx[:, :-1], idx[:, 1:]
+    forward = torch.compile(model, backend=compile_backend) if compile_backend else model
+    optimizer_step = torch.compile(opt.step, backend=compile_backend) if compile_backend else opt.step
 
     def step() -> torch.Tensor:
         opt.zero_grad()
-        logits = model(x)
+        logits = forward(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step()
         return loss
 
     return step

@@ -179,3 +179,54 @@ def test_value_checks_hold_inside_compiled_graphs():
     with pytest.raises(RuntimeError, match="index 9 is out of bounds for dimension 0 with size 3"):
         f(x, torch.tensor([1, 9], device="tpu")).cpu()
     torch.testing.assert_close(f(x, torch.tensor([2, 0], device="tpu")).cpu(), torch.tensor([4.0, 0.0]))
+
+
+def test_later_calls_replay_the_captured_program_without_dispatching_ops():
+    model = copy.deepcopy(MLP).to("tpu")
+    f = torch.compile(model, backend="tpu")
+    f(torch.randn(8, 16, device="tpu"))
+    torchtpu.reset_metrics()
+    x = torch.randn(8, 16)
+    out = f(x.to("tpu"))
+    m = torchtpu.metrics()
+    assert m["compiled"]["replays"] == 1 and m["fused"]["ops_recorded"] == 0
+    torch.testing.assert_close(out.cpu(), copy.deepcopy(model).cpu()(x), **TOL)
+
+
+def test_replayed_dropout_draws_new_masks_and_follows_the_seed():
+    f = torch.compile(lambda x: nn.functional.dropout(x, 0.5) * 1.0, backend="tpu")
+    x = torch.ones(64, device="tpu")
+    torch.manual_seed(3)
+    first = [f(x).cpu() for _ in range(3)]  # capture, then two replays
+    assert not torch.equal(first[1], first[2])
+    torch.manual_seed(3)
+    assert all(torch.equal(a, f(x).cpu()) for a in first)
+
+
+def test_input_unlike_the_capture_runs_through_the_fused_driver():
+    """A view at another storage offset than at capture: the program's plan does not fit, the graph still runs."""
+    f = torch.compile(lambda x: x * 2 + 1, backend="tpu")
+    base = torch.arange(12.0).to("tpu")
+    for start in (0, 0, 4):
+        torch.testing.assert_close(f(base[start:start + 4]).cpu(), torch.arange(start, start + 4.0) * 2 + 1)
+
+
+def test_mark_dynamic_says_what_it_does_and_compiles_once_per_shape():
+    model = copy.deepcopy(MLP).to("tpu")
+    f = torch.compile(model, backend="tpu")
+    x = torch.randn(4, 16, device="tpu")
+    torch._dynamo.mark_dynamic(x, 0)
+    with pytest.warns(UserWarning, match="one program for each distinct shape"):
+        f(x)
+    for batch in (5, 4, 5):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(f(x.to("tpu")).cpu(), copy.deepcopy(model).cpu()(x), **TOL)
+    assert torchtpu.metrics()["compiled"]["replays"] >= 2
+
+
+def test_export_gives_the_stablehlo_of_the_model():
+    model = copy.deepcopy(MLP).to("tpu")
+    text = torchtpu.export(model, (torch.randn(2, 16, device="tpu"),))
+    assert text.startswith("module") and "func.func public @main(" in text and "stablehlo.dot_general" in text
+    with pytest.raises(ValueError, match="must be on tpu"):
+        torchtpu.export(copy.deepcopy(MLP), (torch.randn(2, 16),))

@@ -89,6 +89,11 @@ std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std:
         p.rng_draws = origin.rng_draws;
         break;
       case ExternalOrigin::Kind::kCpuScalar:
+        if (origin.cpu_scalar.unsafeGetTensorImpl()->is_wrapped_number()) {
+          // A Python number of the graph (static shapes: a literal) that the argument parser wrapped.
+          p.constant = flushed->externals[e];
+          break;
+        }
         p.kind = Parameter::Kind::kCpuScalar;
         p.index = static_cast<int>(graph->cpu_scalars_.size());
         p.dtype = buffer.dtype();

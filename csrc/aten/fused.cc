@@ -258,7 +258,7 @@ std::vector<runtime::BufferPtr> run_op_by_op(const Trace& trace, const std::vect
 }
 
 // Runs `trace` as one program (compiled once per key) and binds its live results.
-FlushedTrace run_trace(Trace trace) {
+FlushedTrace run_trace(Trace trace, bool want_text = false) {
 
   // Results still needed: storages alive and still holding the value this trace gives them.
   std::vector<const Binding*> live;
@@ -279,9 +279,11 @@ FlushedTrace run_trace(Trace trace) {
     key.add(b.output);
   }
   std::shared_ptr<FusedProgram> program = fused_programs().find(key);
-  if (!program) {
+  std::string text;
+  std::vector<std::pair<int, int>> donations;
+  std::vector<runtime::ArrayType> result_types;
+  if (!program || want_text) {
     // A live result may take over the buffer its storage had before the trace, when the types agree.
-    std::vector<std::pair<int, int>> donations;
     for (size_t i = 0; i < live.size(); ++i) {
       auto it = trace.original_external.find(storages[i].get());
       if (it == trace.original_external.end()) continue;
@@ -289,8 +291,9 @@ FlushedTrace run_trace(Trace trace) {
       const runtime::Buffer& original = *trace.externals[it->second];
       if (original.dtype() == result.dtype && original.dims() == result.dims) donations.emplace_back(it->second, i);
     }
-    std::vector<runtime::ArrayType> result_types;
-    const std::string text = compose(trace, live, donations, result_types);
+    text = compose(trace, live, donations, result_types);
+  }
+  if (!program) {
     aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text);
     program = std::make_shared<FusedProgram>();
     for (const auto& donation : donations) program->aliased_externals.push_back(donation.first);
@@ -313,7 +316,7 @@ FlushedTrace run_trace(Trace trace) {
   counters().programs_run++;
   for (size_t i = 0; i < live.size(); ++i) storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
   return FlushedTrace{std::move(program), trace.device, std::move(trace.externals), std::move(trace.origins),
-                      std::move(storages)};
+                      std::move(storages), want_text ? std::move(text) : std::string()};
 }
 
 }  // namespace
@@ -338,7 +341,7 @@ uint64_t begin_capture() {
   return t.id;
 }
 
-std::optional<FlushedTrace> end_capture(uint64_t id) {
+std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   Trace& t = current();
   if (t.id != id || t.ops.empty()) {
@@ -348,7 +351,7 @@ std::optional<FlushedTrace> end_capture(uint64_t id) {
   Trace trace = std::move(t);
   t = Trace{};
   count_flush("compiled graph");
-  return run_trace(std::move(trace));
+  return run_trace(std::move(trace), want_text);
 }
 
 FusedStats fused_stats() {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "aten/op_signature.h"
@@ -83,14 +84,15 @@ struct FlushedTrace {
   std::vector<runtime::BufferPtr> externals;
   std::vector<ExternalOrigin> origins;
   std::vector<c10::intrusive_ptr<c10::StorageImpl>> results;
+  std::string text;  // the program's StableHLO module, when asked for
 };
 
 // Flushes the current trace and starts an empty one; returns its id. Ops recorded until
 // end_capture(id) form one trace unless something flushes it on the way.
 uint64_t begin_capture();
-// Runs the trace begun by begin_capture(id) and describes it, or returns nothing (and runs whatever was
-// recorded) when that trace was flushed before.
-std::optional<FlushedTrace> end_capture(uint64_t id);
+// Runs the trace begun by begin_capture(id) and describes it (`want_text`: with its program's text), or
+// returns nothing (and runs whatever was recorded) when that trace was flushed before.
+std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text = false);
 
 // The lock a recording holds (recursive): while it is held, no other thread records, flushes or touches the
 // device's value-check state (aten/value_checks.h).

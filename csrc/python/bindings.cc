@@ -138,6 +138,15 @@ PYBIND11_MODULE(_C, m) {
     }
     return py::make_tuple(graph, graph ? py::none() : py::cast(why_not));
   });
+  // The StableHLO module of the trace begun by _capture_begin(), which this runs; empty when it was
+  // flushed on the way (torchtpu.export).
+  m.def("_capture_text", [](uint64_t trace) {
+    py::gil_scoped_release no_gil;
+    return translate([&] {
+      std::optional<aten::FlushedTrace> flushed = aten::end_capture(trace, /*want_text=*/true);
+      return flushed ? flushed->text : std::string();
+    });
+  });
   m.def("_memory_stats", [](int device) {
     const runtime::MemoryStats stats = runtime::memory_stats(device);
     py::dict d;

@@ -24,9 +24,10 @@ from torchtpu.metrics import metrics, reset_metrics  # noqa: E402
 from torchtpu.checks import value_checks, value_checks_enabled  # noqa: E402
 
 compile.install()  # torch.compile(backend="tpu") and dynamo's tpu device interface
+export = compile.export
 
 __all__ = ["metrics", "reset_metrics", "plugin_info", "eager_mode", "current_eager_mode", "value_checks",
-           "value_checks_enabled"]
+           "value_checks_enabled", "export"]
 
 
 def plugin_info() -> dict:

@@ -22,7 +22,7 @@ from torch._dynamo.device_interface import DeviceInterface, register_interface_f
 import torchtpu._C
 from torchtpu.eager import eager_mode
 
-__all__ = ["tpu_backend"]
+__all__ = ["export", "tpu_backend"]
 
 
 def _op_name(op: torch._ops.OpOverload) -> str:
@@ -55,7 +55,34 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     if missing:
         warnings.warn(f"torchtpu: torch.compile graph has ops with no tpu lowering: {', '.join(missing)}; "
                       "each runs on the CPU between the compiled programs around it (a graph break)", stacklevel=2)
+    if _is_dynamic(example_inputs):
+        warnings.warn("torchtpu: torch.compile graph with dynamic dimensions (mark_dynamic, dynamic=True, or "
+                      "dynamo's automatic dynamic shapes after a recompile): XLA programs have static shapes, so it "
+                      "compiles one program for each distinct shape it meets and replays that one afterwards. "
+                      "Pad to a few sizes, or pass dynamic=False, to bound the compiles.", stacklevel=2)
+        return _ShapeSpecialized(gm)
     return _GraphRunner(gm)
+
+
+def _is_dynamic(example_inputs) -> bool:
+    return any(isinstance(a, torch.SymInt) or (isinstance(a, torch.Tensor) and any(
+        isinstance(d, torch.SymInt) for d in a.shape)) for a in example_inputs)
+
+
+class _ShapeSpecialized:
+    """A graph with symbolic sizes: a _GraphRunner per distinct set of sizes (its int inputs)."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.runners = {}
+        self._boxed_call = True
+
+    def __call__(self, args: list):
+        sizes = tuple(a for a in args if isinstance(a, int))
+        runner = self.runners.get(sizes)
+        if runner is None:
+            runner = self.runners[sizes] = _GraphRunner(self.gm)
+        return runner(args)
 
 
 def _is_device_tensor(value) -> bool:
@@ -192,6 +219,25 @@ def _cpu_part(gm: torch.fx.GraphModule, cpu_nodes: set, needed: list) -> torch.f
     graph.output([copied[n] if i is None else graph.call_function(operator.getitem, (copied[n], i))
                   for n, i in needed])
     return torch.fx.GraphModule(gm, graph)
+
+
+def export(model: torch.nn.Module, example_inputs: tuple, kwargs: dict | None = None) -> str:
+    """The StableHLO text of `model` called on `example_inputs` (model and inputs on tpu): the program that
+    torch.compile would run for its inference graph, captured through ``torch.export`` with the same
+    decompositions and rules. Parameters, buffers and inputs are the arguments of ``@main``."""
+    exported = torch.export.export(model, tuple(example_inputs), kwargs)
+    module = exported.run_decompositions(_decompositions()).module()
+    for value in [*module.parameters(), *module.buffers(), *example_inputs]:
+        if isinstance(value, torch.Tensor) and not _is_device_tensor(value):
+            raise ValueError(f"torchtpu.export: the model and its inputs must be on tpu, found a tensor on {value.device}")
+    with torch.no_grad(), eager_mode("fused"):
+        trace = torchtpu._C._capture_begin()
+        module(*example_inputs, **(kwargs or {}))
+        text = torchtpu._C._capture_text(trace)
+    if not text:
+        raise RuntimeError("torchtpu.export: the model did not run as one program on tpu (it reads a value on "
+                           "the host, runs an op without a tpu lowering, or has no tpu op)")
+    return text
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
