@@ -14,16 +14,18 @@ from torchtpu.testing.models import SmallGPT
 Step = Callable[[], torch.Tensor]
 
 
-def make_gpt_adamw_step(device: torch.device, compile_backend: str | None = None) -> Step:
+def make_gpt_adamw_step(device: torch.device, compile_backend: str | None = None, whole_step: bool = False) -> Step:
     """2-layer GPT (d 128, seq 64, batch 8): default AdamW (foreach), clip_grad_norm_, cross entropy.
-    With `compile_backend`, the model and `opt.step` are each wrapped in torch.compile, as a user would."""
+    With `compile_backend`, the model and `opt.step` are each wrapped in torch.compile, as a user would, or,
+    with `whole_step`, the whole step function is (dynamo splits it at `backward()`)."""
     torch.manual_seed(0)
     model = SmallGPT(vocab=256, dim=128, heads=4, layers=2, context=64).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     idx = torch.randint(0, 256, (8, 65)).to(device)
     x, y = idx[:, :-1], idx[:, 1:]
-    forward = torch.compile(model, backend=compile_backend) if compile_backend else model
-    optimizer_step = torch.compile(opt.step, backend=compile_backend) if compile_backend else opt.step
+    compile_parts = compile_backend is not None and not whole_step
+    forward = torch.compile(model, backend=compile_backend) if compile_parts else model
+    optimizer_step = torch.compile(opt.step, backend=compile_backend) if compile_parts else opt.step
 
     def step() -> torch.Tensor:
         opt.zero_grad()
@@ -34,7 +36,7 @@ def make_gpt_adamw_step(device: torch.device, compile_backend: str | None = None
         optimizer_step()
         return loss
 
-    return step
+    return torch.compile(step, backend=compile_backend) if compile_backend and whole_step else step
 
 
 def make_mlp_adamw_cosine_step(device: torch.device) -> Step:
