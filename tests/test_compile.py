@@ -230,3 +230,29 @@ def test_export_gives_the_stablehlo_of_the_model():
     assert text.startswith("module") and "func.func public @main(" in text and "stablehlo.dot_general" in text
     with pytest.raises(ValueError, match="must be on tpu"):
         torchtpu.export(copy.deepcopy(MLP), (torch.randn(2, 16),))
+
+
+def test_compiled_adamw_with_a_scheduler_neither_retraces_nor_recompiles():
+    """lr as a tensor (as PyTorch advises for compiled optimizers): the schedule's value is an operand."""
+    def run(device, compiled, steps=6):
+        torch.manual_seed(0)
+        model = copy.deepcopy(MLP).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2))
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+        step = torch.compile(opt.step, backend="tpu") if compiled else opt.step
+        for i in range(steps):
+            if i == 3:
+                torchtpu.reset_metrics()
+                torch._dynamo.utils.counters.clear()
+            model(torch.randn(8, 16).to(device)).square().mean().backward()
+            step()
+            schedule.step()
+            opt.zero_grad()
+        return model
+
+    expected = run("cpu", compiled=False)
+    actual = run("tpu", compiled=True)
+    assert torchtpu.metrics()["compiled"]["replays"] == 3 and torchtpu.metrics()["fused"]["compiles"] == 0
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0  # no new trace after warm-up
+    for a, b in zip(actual.parameters(), expected.parameters()):
+        torch.testing.assert_close(a.cpu(), b, **TOL)
