@@ -256,3 +256,14 @@ def test_compiled_adamw_with_a_scheduler_neither_retraces_nor_recompiles():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0  # no new trace after warm-up
     for a, b in zip(actual.parameters(), expected.parameters()):
         torch.testing.assert_close(a.cpu(), b, **TOL)
+
+
+def test_switching_value_checks_after_capture_is_honoured():
+    f = torch.compile(lambda x, i: torch.gather(x, 0, i) + 1, backend="tpu")
+    x = torch.arange(3.0, device="tpu")
+    good, bad = torch.tensor([0, 2], device="tpu"), torch.tensor([0, 5], device="tpu")
+    with torchtpu.value_checks(False):
+        f(x, good)  # captured without checks
+    f(x, good)
+    with pytest.raises(RuntimeError, match="index 5 is out of bounds"):
+        f(x, bad).cpu()

@@ -54,6 +54,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std:
   graph->program_ = flushed->program;
   graph->device_ = flushed->device;
   graph->input_group_ = storage_groups(inputs);
+  graph->value_checks_ = value_checks_enabled();
   std::unordered_map<const c10::StorageImpl*, int> input_of;  // storage -> first input holding it
   for (size_t i = 0; i < inputs.size(); ++i) {
     input_of.emplace(storage_of(inputs[i]), static_cast<int>(i));
@@ -151,7 +152,8 @@ std::vector<at::Tensor> CompiledGraph::take_cpu_scalars() { return std::move(cpu
 
 bool CompiledGraph::fits(const std::vector<at::Tensor>& inputs) const {
   std::unique_lock<std::recursive_mutex> lock = lock_trace();
-  if (inputs.size() != input_group_.size()) return false;
+  // The program makes the value checks that were on at capture, and no others.
+  if (inputs.size() != input_group_.size() || value_checks_enabled() != value_checks_) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& t = inputs[i];
     if (!t.defined() || !t.is_privateuseone() || t.device().index() != device_ ||

@@ -34,7 +34,8 @@ class CompiledGraph {
   std::vector<at::Tensor> take_cpu_scalars();
 
   // Whether the program serves these inputs (in capture order): the same storage offsets, buffer types
-  // and sharing of storages as at capture. May run a pending trace to get their buffers.
+  // and sharing of storages as at capture, and value checks switched as they were. May run a pending trace
+  // to get their buffers.
   bool fits(const std::vector<at::Tensor>& inputs) const;
   // The graph's tpu outputs for inputs that fit, given the new values of the CPU scalars.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& cpu_scalars) const;
@@ -70,6 +71,7 @@ class CompiledGraph {
   std::vector<Output> outputs_;
   std::vector<int> input_group_;  // per input: the first input sharing its storage
   std::vector<int64_t> input_offsets_;
+  bool value_checks_ = true;  // whether the program makes value checks (aten/value_checks.h)
   std::vector<at::Tensor> cpu_scalars_;
 };
 
