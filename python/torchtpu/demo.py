@@ -7,7 +7,7 @@
    fine-tuned for a few steps with transformers' `Trainer`;
 4. a summary: steps/s against CPU, programs compiled, cache hits, CPU fallbacks, and a loss-curve plot.
 
-    torchtpu demo [--steps 300] [--devices N] [--mode strict|fused|debug] [--no-hf] [--plot FILE]
+    torchtpu demo [--steps 300] [--devices N] [--mode strict|fused|debug|compiled] [--no-hf] [--plot FILE]
     python -m torchtpu demo ...      (python -m torchtpu.demo works too)
 """
 from __future__ import annotations
@@ -68,10 +68,21 @@ def batches(data: torch.Tensor, steps: int, seed: int = 0):
         yield window[:, :-1], window[:, 1:]
 
 
-def gpt_loop(model, data, steps, device, progress=False) -> tuple[list[float], float]:
+def gpt_loop(model, data, steps, device, progress=False, compiled=False) -> tuple[list[float], float]:
     """AdamW with gradient clipping; returns every step's loss and the seconds taken after the first step
-    (the first compiles on tpu)."""
+    (the first compiles on tpu). `compiled`: the step function runs under torch.compile(backend="tpu")."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+
+    def train_step(x, y):
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    step_fn = torch.compile(train_step, backend="tpu") if compiled else train_step
     losses = []
     bar = None
     if progress:
@@ -82,13 +93,8 @@ def gpt_loop(model, data, steps, device, progress=False) -> tuple[list[float], f
     for step, (x, y) in enumerate(batches(data, steps)):
         if step == 1:
             start = time.perf_counter()
-        logits = model(x.to(device))
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.to(device).flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.detach())
+        loss = step_fn(x.to(device), y.to(device))
+        losses.append(loss)
         if bar is not None and (step % 10 == 9 or step == steps - 1):
             elapsed = max(time.perf_counter() - start, 1e-9)
             bar.set_postfix(loss=f"{loss.item():.3f}", tokens_per_s=f"{(step * BATCH * CONTEXT) / elapsed:,.0f}")
@@ -180,9 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-steps", type=int, default=40, help="the same loop on CPU, for agreement and speed")
     parser.add_argument("--hf-steps", type=int, default=10, help="Trainer steps for the tiny Llama")
     parser.add_argument("--devices", type=int, help="virtual devices the CPU plugin presents")
-    parser.add_argument("--mode", choices=["strict", "fused", "debug"], default="strict",
+    parser.add_argument("--mode", choices=["strict", "fused", "debug", "compiled"], default="strict",
                         help="strict: each op runs asynchronously (default); fused: ops are recorded and run as "
-                             "one program per step; debug: each op waits for its result (docs/modes.md)")
+                             "one program per step; debug: each op waits for its result (docs/modes.md); "
+                             "compiled: the GPT step runs under torch.compile(backend='tpu') (docs/compile.md)")
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face part")
     parser.add_argument("--plot", default="torchtpu_demo_loss.png", help="where the loss-curve plot goes")
     args = parser.parse_args(argv)
@@ -191,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     # Read when the plugin loads, which is after this point.
     if args.devices:
         os.environ["TORCHTPU_NUM_DEVICES"] = str(args.devices)
-    torchtpu.eager_mode(args.mode)
+    torchtpu.eager_mode("strict" if args.mode == "compiled" else args.mode)
 
     device_report()
     torchtpu.reset_metrics()
@@ -203,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     tpu_model = copy.deepcopy(cpu_model).to("tpu")
     print(f"\ngpt      {sum(p.numel() for p in cpu_model.parameters()):,} parameters, {len(data):,} characters, "
           f"batch {BATCH} x {CONTEXT}")
-    tpu_losses, tpu_seconds = gpt_loop(tpu_model, data, args.steps, "tpu", progress=True)
+    tpu_losses, tpu_seconds = gpt_loop(tpu_model, data, args.steps, "tpu", progress=True,
+                                       compiled=args.mode == "compiled")
     cpu_steps = min(args.cpu_steps, args.steps)
     cpu_losses, cpu_seconds = gpt_loop(cpu_model, data, cpu_steps, "cpu")
     agreement = max(abs(t - c) for t, c in zip(tpu_losses, cpu_losses))
@@ -234,6 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     fused = torchtpu.metrics().get("fused", {})
     if fused.get("programs_run"):
         print(f"| fused programs run / compiled | {fused['programs_run']} / {fused['compiles']} |")
+    replays = torchtpu.metrics()["compiled"]["replays"]
+    if replays:
+        print(f"| compiled graph replays | {replays} |")
     print(f"| CPU fallbacks | {sum(fallbacks.values())} {sorted(fallbacks) if fallbacks else ''} |")
     plot(args.plot, tpu_losses, cpu_losses)
     print(f"\nloss curve written to {args.plot}")
