@@ -11,16 +11,14 @@ explicit still wins: ``cpu=True`` / ``use_cpu`` and ``ACCELERATE_TORCH_DEVICE`` 
 It applies to accelerate 1.x only (checked on import); a release that learns ``torch.accelerator`` already
 returns ``tpu`` and the wrapper then changes nothing.
 
-accelerate is not imported by ``import torchtpu``: a finder on ``sys.meta_path`` applies the change right
-after ``accelerate.state`` is first executed, or at once when it already was.
+accelerate is not imported by ``import torchtpu``: the change applies right after ``accelerate.state`` first
+runs, or at once when it already has (``_import_hooks.after_import``).
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
-
 import torch
+
+from torchtpu._import_hooks import after_import
 
 _MODULE = "accelerate.state"
 _SUPPORTED_MAJOR = 1  # accelerate 1.x: no torch.accelerator support, PartialState.default_device is a property
@@ -55,36 +53,6 @@ def _patch(state_module) -> None:
     cls.default_device = property(default_device, doc=original.__doc__)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds ``accelerate.state`` through the other finders and patches it once its module has run."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-
-        def exec_then_patch(module):
-            exec_module(module)
-            _patch(module)
-
-        loader.exec_module = exec_then_patch
-        return spec
-
-
 def install() -> None:
     """Patches accelerate now if it is loaded, otherwise when it is first imported."""
-    if _MODULE in sys.modules:
-        _patch(sys.modules[_MODULE])
-    elif importlib.util.find_spec("accelerate") is not None:
-        sys.meta_path.insert(0, _AfterImport())
+    after_import(_MODULE, _patch)

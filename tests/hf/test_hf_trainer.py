@@ -112,3 +112,22 @@ def test_trainer_checkpoint_resume(tmp_path):
     assert losses(resumed)[-2:] == pytest.approx(losses(whole)[-2:], abs=1e-5)
     for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
         torch.testing.assert_close(a.cpu(), b.cpu(), atol=1e-5, rtol=0, msg=name)
+
+
+def test_checkpoint_resume_with_dropout_keeps_the_tpu_random_stream(tmp_path):
+    """Trainer's RNG file carries the tpu generators, so a resumed run draws the uninterrupted run's masks."""
+    def dropout_llama():
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                             attention_dropout=0.3)
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config)
+
+    whole = make_trainer(tmp_path / "whole", use_cpu=False, model=dropout_llama())
+    whole.train()
+    make_trainer(tmp_path / "split", use_cpu=False, model=dropout_llama(), save_strategy="steps", save_steps=2).train()
+    checkpoint = tmp_path / "split" / "checkpoint-2"
+    assert "tpu" in torch.load(checkpoint / "rng_state.pth", weights_only=False)
+    resumed = make_trainer(tmp_path / "split", use_cpu=False, model=dropout_llama())
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert losses(resumed)[-2:] == pytest.approx(losses(whole)[-2:], abs=1e-5)
