@@ -1,9 +1,9 @@
 """What device-side value checks cost on the GPT training step (`workloads.py`: 2 layers, d 128, AdamW,
-clipping, cross entropy; its embedding and nll_loss check their indices and targets): checks on and off,
-alternating in rounds in one process (a round: --steps steps with checks on and as many off, the order
-alternating), in strict and fused mode, with `.item()` on the loss every step (the sync point that reads the
-checks). Reports the median step per setting and the quartiles of the per-round difference, which cancels
-most of a shared machine's drift. Writes results/bench_value_checks.json.
+clipping, cross entropy; its embedding and nll_loss, forward and backward, check their indices and
+targets): checks on and off, alternating in rounds in one process (a round: --steps steps with checks on
+and as many off, the order alternating), in strict and fused mode, with `.item()` on the loss every step
+(the sync point that reads the checks). Reports the median step per setting and the quartiles of the
+per-round difference, which cancels most of a shared machine's drift. Writes results/bench_value_checks.json.
 
     .venv/bin/python bench/bench_value_checks.py [--rounds 300] [--steps 1]
 """

@@ -40,6 +40,25 @@ CASES = {
     "embedding_bag": lambda d: F.embedding_bag(_long([5, 1], d), torch.zeros(5, 3, device=d), _long([0, 1], d)),
     "nll_loss": lambda d: F.nll_loss(torch.zeros(2, 3, device=d), _long([0, 3], d)),
     "cross_entropy": lambda d: F.cross_entropy(torch.zeros(2, 3, 4, device=d), _long([[0, 1, 2, -2], [0] * 4], d)),
+    "nll_loss_backward": lambda d: torch.ops.aten.nll_loss_backward(
+        torch.tensor(1.0, device=d), torch.zeros(2, 3, device=d), _long([0, 5], d), None, 1, -100,
+        torch.tensor(2.0, device=d)),
+    "nll_loss2d": lambda d: F.nll_loss(torch.zeros(1, 3, 2, 2, device=d), _long([[[0, 1], [3, 2]]], d),
+                                       ignore_index=1),
+    "nll_loss2d_backward": lambda d: torch.ops.aten.nll_loss2d_backward(
+        torch.tensor(1.0, device=d), torch.zeros(1, 3, 2, 2, device=d), _long([[[0, -1], [0, 0]]], d), None, 1,
+        -100, torch.tensor(4.0, device=d)),
+    "multi_margin_loss": lambda d: F.multi_margin_loss(torch.zeros(2, 3, device=d), _long([0, 3], d)),
+    "multilabel_margin_loss": lambda d: F.multilabel_margin_loss(torch.zeros(2, 3, device=d),
+                                                                 _long([[0, -1, 7], [1, -1, 0]], d)),
+    "multilabel_margin_loss_backward": lambda d: torch.ops.aten.multilabel_margin_loss_backward(
+        torch.tensor(1.0, device=d), torch.zeros(2, 3, device=d), _long([[0, -2, -1], [1, -1, 0]], d), 1,
+        torch.zeros(2, 3, device=d)),
+    "bernoulli": lambda d: torch.bernoulli(torch.tensor([0.5, float("nan")], device=d)),
+    "bernoulli_tensor": lambda d: torch.zeros(2, device=d).bernoulli_(torch.tensor([0.5, -0.5], device=d)),
+    "one_hot_too_large": lambda d: F.one_hot(_long([0, 3], d), 3),
+    "one_hot_negative": lambda d: F.one_hot(_long([[5, -1]], d), 3),
+    "one_hot_inferred_classes": lambda d: F.one_hot(_long([2, -1], d)),
     "multinomial_probabilities": lambda d: torch.multinomial(torch.tensor([0.5, -0.1], device=d), 1),
     "multinomial_sum": lambda d: torch.multinomial(torch.tensor([[0.5, 0.5], [0.0, 0.0]], device=d), 1),
     "normal_std": lambda d: torch.normal(torch.zeros(3, device=d), torch.tensor([1.0, -1.0, 1.0], device=d)),
@@ -176,6 +195,37 @@ def test_valid_values_pass_in_every_mode():
             torch.testing.assert_close(torch.gather(xt, 0, index.to("tpu")).cpu(), torch.gather(x, 0, index))
             loss = F.cross_entropy(xt, target.to("tpu"))
             torch.testing.assert_close(loss.cpu(), F.cross_entropy(x, target))
+            torch.tpu.synchronize()
+
+
+# Good values for the ops checked above whose results CPU fixes (bernoulli's p of 0 and 1 draw nothing
+# random); ignored targets outside the classes are no failure.
+VALID = {
+    "nll_loss2d_ignore_index": lambda d: F.nll_loss(
+        torch.arange(24.0, device=d).reshape(2, 3, 2, 2), _long([[[0, 7], [2, 1]], [[7, 7], [1, 0]]], d),
+        ignore_index=7),
+    "nll_loss_backward_ignore_index": lambda d: torch.ops.aten.nll_loss_backward(
+        torch.tensor(1.0, device=d), torch.zeros(3, 4, device=d), _long([3, 9, 0], d), None, 1, 9,
+        torch.tensor(2.0, device=d)),
+    "nll_loss2d_backward": lambda d: torch.ops.aten.nll_loss2d_backward(
+        torch.ones(1, 2, 2, device=d), torch.zeros(1, 3, 2, 2, device=d), _long([[[0, 2], [-100, 1]]], d), None,
+        0, -100, torch.tensor(0.0, device=d)),
+    "multi_margin_loss": lambda d: F.multi_margin_loss(torch.arange(6.0, device=d).reshape(2, 3), _long([0, 2], d)),
+    "multilabel_margin_loss": lambda d: F.multilabel_margin_loss(torch.arange(6.0, device=d).reshape(2, 3),
+                                                                 _long([[0, -1, 2], [2, 1, -1]], d)),
+    "bernoulli": lambda d: torch.bernoulli(torch.tensor([0.0, 1.0, 1.0, 0.0], device=d)),
+    "bernoulli_tensor": lambda d: torch.zeros(2, 2, device=d).bernoulli_(torch.tensor([1.0, 0.0], device=d)),
+    "one_hot": lambda d: F.one_hot(_long([[0, 2], [1, 1]], d), 4),
+    "one_hot_inferred_classes": lambda d: F.one_hot(_long([0, 2, 1], d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALID))
+def test_valid_values_give_cpu_results_in_every_mode(case):
+    expected = VALID[case]("cpu")
+    for mode in ("strict", "fused", "debug"):
+        with torchtpu.eager_mode(mode):
+            torch.testing.assert_close(VALID[case]("tpu").cpu(), expected)
             torch.tpu.synchronize()
 
 

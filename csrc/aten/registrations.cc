@@ -12,6 +12,7 @@
 #include "aten/batch_norm.h"
 #include "aten/copy.h"
 #include "aten/fallback.h"
+#include "aten/one_hot.h"
 #include "aten/op_kernel.h"
 #include "aten/registrations.h"
 #include "aten/storage_ops.h"
@@ -1262,6 +1263,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", &empty_memory_format);
   m.impl("equal", &equal);
   m.impl("native_batch_norm", &native_batch_norm);
+  m.impl("one_hot", torch::CppFunction::makeFromBoxedFunction<&one_hot_kernel>());
   m.impl("empty_strided", &empty_strided);
   m.impl("resize_", &resize_);
   m.impl("set_", &set_empty);

@@ -1,7 +1,7 @@
 // Integer indexing: index_select, gather, the scatter family, advanced indexing (index / index_put),
-// index_add, index_copy, index_fill, index_reduce, and flat take / put.
+// index_add, index_copy, index_fill, index_reduce, flat take / put, and one_hot.
 //
-// All of them become one StableHLO gather or scatter. Negative indices wrap as in PyTorch's index,
+// All of them but one_hot (a compare against an iota) become one StableHLO gather or scatter. Negative indices wrap as in PyTorch's index,
 // index_put, index_fill, take and put. Every op states CPU's bounds check as a device-side value check
 // (docs/value_checks.md), which also rejects the negative indices CPU rejects (gather, scatter,
 // index_select, index_add, index_copy, index_reduce). With checks off, an out-of-range index is not
@@ -404,6 +404,26 @@ std::vector<Value> lower_put(LoweringContext& ctx) {
   return {g.reshape(scatter(g, flat, indices, updates, {}, {0}, 1, combine), t.dims)};
 }
 
+// ---- one_hot --------------------------------------------------------------------------------------------
+
+// one_hot(self, num_classes): int64 [..., num_classes], 1 where the position in the last dim is self's class.
+// aten/one_hot.cc has fixed num_classes (never -1 here).
+std::vector<Value> lower_one_hot(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& result = out(ctx);
+  Value self = ctx.tensor(0);
+  const std::vector<int64_t> dims = g.type(self).dims;
+  // CPU's checks in CPU's order: a negative class anywhere is reported before one that is too large. With
+  // 0 classes the result is empty, but a class still fails.
+  ctx.check(CheckKind::kClassNegative, g.compare(self, g.constant_int(0, DType::kI64, dims), Comparison::kLT));
+  ctx.check(CheckKind::kClassTooLarge, g.compare(self, g.constant_int(ctx.integer(1), DType::kI64, dims), Comparison::kGE));
+  if (result.numel() == 0) return {g.constant_int(0, DType::kI64, result.dims)};
+  const auto rank = static_cast<int64_t>(dims.size());
+  Value positions = g.iota(Type{DType::kI64, result.dims}, rank);
+  Value classes = g.broadcast_in_dim(self, result.dims, dim_range(0, rank));
+  return {g.convert(g.compare(positions, classes, Comparison::kEQ), DType::kI64)};
+}
+
 // ---- Advanced indexing: index.Tensor and index_put ------------------------------------------------------
 
 // self[indices] where `indices` holds an index tensor or None per leading dim. The indexed dims are moved
@@ -597,6 +617,7 @@ void add_indexing_rules(std::vector<Rule>& table) {
   table.push_back({"aten::index_put", &lower_index_put});
   table.push_back({"aten::index_reduce", &lower_index_reduce});
   table.push_back({"aten::index_select", &lower_index_select});
+  table.push_back({"aten::one_hot", &lower_one_hot});
   table.push_back({"aten::put", &lower_put});
   table.push_back({"aten::scatter.reduce", &lower_scatter_reduce});
   table.push_back({"aten::scatter.src", &lower_scatter_src});

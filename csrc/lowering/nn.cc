@@ -186,6 +186,9 @@ NllTerms nll_terms(LoweringContext& ctx, size_t self_arg, DType accumulate) {
     weight = sum_over(g, g.select(one_hot, per_class, g.constant(0, accumulate, in.dims)), {class_dim});
   }
   Value valid = g.compare(target, g.constant_int(ctx.integer(ignore_arg), DType::kI64, target_dims), Comparison::kNE);
+  // CPU's check of the targets, in the forward and the backward: each is a class or the ignore_index.
+  const int64_t class_count = in.dims[static_cast<size_t>(class_dim)];
+  ctx.check(CheckKind::kTarget, g.binary("and", outside_range(g, target, 0, class_count), valid), target);
   weight = g.select(valid, weight, g.constant(0, accumulate, target_dims));
   return {class_dim, one_hot, weight};
 }
@@ -196,12 +199,6 @@ std::vector<Value> lower_nll_loss_forward(LoweringContext& ctx) {
   const Type in = ctx.type_of(0);
   const DType accumulate = accumulation_dtype(in.dtype);
   NllTerms terms = nll_terms(ctx, 0, accumulate);
-  // CPU's check of the targets: each is a class or the ignore_index.
-  Value target = g.convert(ctx.tensor(1), DType::kI64);
-  const std::vector<int64_t> target_dims = g.type(target).dims;
-  const int64_t classes = in.dims[static_cast<size_t>(terms.class_dim)];
-  Value counted = g.compare(target, g.constant_int(ctx.integer(4), DType::kI64, target_dims), Comparison::kNE);
-  ctx.check(CheckKind::kTarget, g.binary("and", outside_range(g, target, 0, classes), counted), target);
   Value x = g.convert(ctx.tensor(0), accumulate);
   Value picked = sum_over(g, g.select(terms.one_hot, x, g.constant(0, accumulate, in.dims)), {terms.class_dim});
   // Ignored positions contribute an exact 0 even where the input is -inf (log of 0).
@@ -382,13 +379,23 @@ struct MarginRows {
   Value target;  // multi_margin: [N] int64; multilabel: [N, C] int64
 };
 
+// Also states CPU's check of the targets, in the forward and the backward: a class for multi_margin; a
+// class or -1 (the end of the labels) everywhere in the row for multilabel, whose message numbers the
+// target argument.
 MarginRows margin_rows(LoweringContext& ctx, size_t self_arg, DType accumulate, bool target_per_class) {
   Graph& g = ctx.graph;
   const Type in = ctx.type_of(self_arg);
   const int64_t c = in.rank() == 0 ? 1 : in.dims.back();
   const int64_t n = in.numel() / std::max<int64_t>(c, 1);
   Value x = g.reshape(g.convert(ctx.tensor(self_arg), accumulate), {n, c});
-  Value target = g.convert(ctx.tensor(self_arg + 1), DType::kI64);
+  const size_t target_arg = self_arg + 1;
+  Value target = g.convert(ctx.tensor(target_arg), DType::kI64);
+  if (target_per_class) {
+    const auto argument_number = static_cast<int64_t>(target_arg) + 1;
+    ctx.check(CheckKind::kMultilabelTarget, outside_range(g, target, -1, c), {}, {argument_number});
+  } else {
+    ctx.check(CheckKind::kMarginTarget, outside_range(g, target, 0, c));
+  }
   target = g.reshape(target, target_per_class ? std::vector<int64_t>{n, c} : std::vector<int64_t>{n});
   return {n, c, x, target};
 }

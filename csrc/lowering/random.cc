@@ -149,15 +149,26 @@ std::vector<Value> lower_bernoulli_float(LoweringContext& ctx) {
   return {g.convert(bernoulli_mask(g, ctx.rng_state, p, t.dims), t.dtype)};
 }
 
+// CPU's check of a probability tensor: each in [0, 1] (NaN fails).
+void check_bernoulli_p(LoweringContext& ctx, Value p) {
+  Graph& g = ctx.graph;
+  const Type& t = g.type(p);
+  Value inside = g.binary("and", g.compare(p, g.constant(0.0, t.dtype, t.dims), ir::Comparison::kGE),
+                          g.compare(p, g.constant(1.0, t.dtype, t.dims), ir::Comparison::kLE));
+  ctx.check(CheckKind::kBernoulliP, g.unary("not", inside));
+}
+
 // bernoulli_.Tensor(self, p, generator): p broadcasts to self's shape.
 std::vector<Value> lower_bernoulli_tensor(LoweringContext& ctx) {
   const Type& t = out(ctx);
+  check_bernoulli_p(ctx, ctx.tensor(1));
   return {ctx.graph.convert(bernoulli_mask(ctx.graph, ctx.rng_state, ctx.tensor(1), t.dims), t.dtype)};
 }
 
 // bernoulli(self, generator): self holds the probabilities.
 std::vector<Value> lower_bernoulli(LoweringContext& ctx) {
   const Type& t = out(ctx);
+  check_bernoulli_p(ctx, ctx.tensor(0));
   return {ctx.graph.convert(bernoulli_mask(ctx.graph, ctx.rng_state, ctx.tensor(0), t.dims), t.dtype)};
 }
 

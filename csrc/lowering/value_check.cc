@@ -72,6 +72,18 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
       return "Number of elements of source < number of ones in mask";
     case CheckKind::kZeroDivision:
       return "ZeroDivisionError";
+    case CheckKind::kMarginTarget:
+      return "target out of range";
+    case CheckKind::kMultilabelTarget:
+      return "argument #" + fact(0) + " 'target' is out of range";
+    case CheckKind::kBernoulliP:
+      // CPU's TORCH_CHECK without a message words it so, suggestion included.
+      return "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message be improved?  "
+             "If so, please report an enhancement request to PyTorch.)";
+    case CheckKind::kClassNegative:
+      return "Class values must be non-negative.";
+    case CheckKind::kClassTooLarge:
+      return "Class values must be smaller than num_classes.";
   }
   return "value check failed";
 }

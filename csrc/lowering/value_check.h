@@ -15,7 +15,8 @@
 
 namespace torchtpu::lowering {
 
-// Each kind is one of CPU's messages; `facts` are the parts of it that the program's shapes fix.
+// Each kind is one of CPU's messages; `facts` are the parts of it that the program's shapes fix. A check's
+// id hashes its kind's number, so new kinds go at the end.
 enum class CheckKind {
   kIndexBounds,        // facts {dim, size}: "index 9 is out of bounds for dimension 0 with size 3"
   kIndexOutOfRange,    // facts {dim, size}: "index out of range in self" (index_select, embedding)
@@ -29,6 +30,11 @@ enum class CheckKind {
   kBceTarget,          // "all elements of target should be between 0 and 1"
   kMaskedScatterSize,  // "Number of elements of source < number of ones in mask"
   kZeroDivision,       // "ZeroDivisionError"
+  kMarginTarget,       // "target out of range" (multi_margin_loss)
+  kMultilabelTarget,   // facts {argument}: "argument #2 'target' is out of range" (multilabel_margin_loss)
+  kBernoulliP,         // "Expected p_in >= 0 && p_in <= 1 to be true, but got false. ..." (bernoulli)
+  kClassNegative,      // "Class values must be non-negative." (one_hot)
+  kClassTooLarge,      // "Class values must be smaller than num_classes." (one_hot)
 };
 
 // One check of a program: its word is i64[3] (failed 0/1, the first failing element's value, its flat
