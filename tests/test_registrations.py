@@ -37,6 +37,6 @@ def test_metrics_shape():
     torchtpu.reset_metrics()
     (torch.ones(2, device="tpu") + 1).cpu()
     m = torchtpu.metrics()
-    assert set(m) == {"ops", "transfers", "program_cache", "fused"}
+    assert set(m) == {"ops", "transfers", "program_cache", "fused", "compiled"}
     assert m["ops"]["aten::add.Tensor"]["executions"] == 1
     assert m["transfers"]["to_host"] >= 1

@@ -7,7 +7,9 @@ from torchtpu import _C
 
 def metrics() -> dict:
     """``{"ops": {op: {"compiles", "cache_hits", "executions", "fallbacks"}}, "transfers": {...},
-    "program_cache": {"programs", "evictions", "capacity"}}``. Program-cache figures are not reset."""
+    "program_cache": {"programs", "evictions", "capacity"}, "fused": {"ops_recorded", "programs_run",
+    "compiles", "flushes"}, "compiled": {"captures", "replays"}}`` (fused: docs/modes.md; compiled: torch.compile
+    graphs captured and replayed, docs/compile.md). Program-cache figures are not reset."""
     return _C._metrics()
 
 
