@@ -16,7 +16,6 @@ Writes results/bench_compile.{json,png}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import statistics
@@ -30,10 +29,10 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHES.name, "inductor")
 
 import torch  # noqa: E402  (after the cache folders are set)
 
+import report  # noqa: E402
 import torchtpu  # noqa: E402
 from workloads import make_gpt_adamw_step  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
 TPU, CPU = torch.device("tpu"), torch.device("cpu")
 
 
@@ -145,27 +144,10 @@ def main() -> None:
               f"first {h['first_generate_s'][name]:.1f} s   same tokens: {h['same tokens as cpu'][name]}")
     print(f"1-min load average at the end: {results['1-min load average at the end (2 cpus)']} on 2 cpus")
 
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "bench_compile.json").write_text(json.dumps(results, indent=1))
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    colors = ["#888", "#bbb", "#c84", "#4a4", "#2a6"]
-    axes[0].bar(list(med), list(med.values()), color=colors)
-    axes[0].set_title("GPT AdamW+clip training step")
-    axes[0].set_ylabel("ms per step (median)")
-    per_token = h["median_ms_per_token"]
-    axes[1].bar(list(per_token), list(per_token.values()), color=[colors[0], colors[2], colors[3]])
-    axes[1].set_title("HF Llama greedy decoding")
-    axes[1].set_ylabel("ms per token (median)")
-    for ax in axes:
-        ax.tick_params(axis="x", labelrotation=15, labelsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "bench_compile.png", dpi=120)
-    print(f"wrote {out / 'bench_compile.json'} and {out / 'bench_compile.png'}")
-
+    report.write("bench_compile", results, [
+        ("GPT AdamW+clip training step", "ms per step (median)", med),
+        ("HF Llama greedy decoding", "ms per token (median)", h["median_ms_per_token"]),
+    ])
 
 if __name__ == "__main__":
     main()

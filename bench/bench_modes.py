@@ -8,17 +8,16 @@ the cost of one tiny op. Writes results/bench_modes.{json,png}.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import statistics
 import time
 
 import torch
 
+import report
 import torchtpu
 from workloads import make_gpt_adamw_step, make_mlp_adamw_cosine_step
 
-HERE = pathlib.Path(__file__).resolve().parent
 MODES = ("strict", "fused")
 
 
@@ -105,23 +104,11 @@ def main() -> None:
     t = results["tiny add 16 f32 (µs)"]
     print(f"tiny add: cpu {t['cpu']:.2f} µs, strict {t['strict']:.2f} µs, fused (recorded) {t['fused']:.2f} µs")
     print(f"1-min load average at the end: {load} on 2 cpus")
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "bench_modes.json").write_text(json.dumps(results, indent=1))
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for ax, name in zip(axes, ("gpt AdamW+clip step", "mlp AdamW+cosine step")):
-        m = results[name]["median_us"]
-        ax.bar(["cpu torch", "tpu strict", "tpu fused"], [m["cpu"] / 1e3, m["strict"] / 1e3, m["fused"] / 1e3],
-               color=["#888", "#c44", "#4a4"])
-        ax.set_title(name)
-        ax.set_ylabel("ms per step (median)")
-    fig.tight_layout()
-    fig.savefig(out / "bench_modes.png", dpi=120)
-    print(f"wrote {out / 'bench_modes.json'} and {out / 'bench_modes.png'}")
-
+    report.write("bench_modes", results, [
+        (name, "ms per step (median)", {"cpu torch": results[name]["median_us"]["cpu"] / 1e3,
+                                        "tpu strict": results[name]["median_us"]["strict"] / 1e3,
+                                        "tpu fused": results[name]["median_us"]["fused"] / 1e3})
+        for name in ("gpt AdamW+clip step", "mlp AdamW+cosine step")])
 
 if __name__ == "__main__":
     main()
