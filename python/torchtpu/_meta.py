@@ -2,7 +2,8 @@
 
 The tpu kernel learns an op's output shapes and dtypes by running its meta kernel, once per compiled
 program; without one the op would take the CPU fallback although its output shapes depend on the arguments
-alone. Each kernel here is registered only while PyTorch lacks its own. Where CPU rejects arguments these
+alone. Each kernel here is registered only while PyTorch lacks its own (or, for `_thnn_fused_lstm_cell`,
+while PyTorch's rejects a cell without bias). Where CPU rejects arguments these
 kernels accept, the tpu kernel reruns the op on CPU stand-ins and raises CPU's own error.
 """
 from __future__ import annotations
@@ -54,6 +55,57 @@ def _fused_sgd_(self, grads, momentum_buffer_list, **kwargs):
                  lambda: "_fused_sgd_: momentum_buffer_list must be empty or as long as self")
 
 
+def _check_cell_sizes(op, input_gates, hidden_gates, state, biases, gates_per_state):
+    # The size checks of CUDA's fused cells, with an absent bias allowed.
+    size = (state.size(0), gates_per_state * state.size(1))
+    torch._check(input_gates.shape == hidden_gates.shape == size,
+                 lambda: f"{op}: gates of shape {tuple(input_gates.shape)} and {tuple(hidden_gates.shape)} do not "
+                         f"fit a state of shape {tuple(state.shape)}")
+    for bias in biases:
+        torch._check(bias is None or bias.shape == size[1:],
+                     lambda: f"{op}: a bias of shape {tuple(bias.shape)} for gates of shape {size}")
+
+
+def _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    _check_cell_sizes("_thnn_fused_lstm_cell", input_gates, hidden_gates, cx, (input_bias, hidden_bias), 4)
+    hy, cy = (torch.empty_like(cx, memory_format=torch.contiguous_format) for _ in range(2))
+    return hy, cy, torch.empty_like(input_gates, memory_format=torch.contiguous_format)
+
+
+def _lstm_cell_meta_rejects_absent_bias() -> bool:
+    # PyTorch's meta kernel reads the device of each bias, so a cell without bias (nn.LSTM(bias=False))
+    # could not be shaped; it would take the CPU fallback, where the op has no kernel.
+    gates, state = torch.empty(1, 4, device="meta"), torch.empty(1, 1, device="meta")
+    try:
+        torch.ops.aten._thnn_fused_lstm_cell(gates, gates, state)
+    except AttributeError:
+        return True
+    return False
+
+
+# GRU steps keep five [batch, hidden] blocks per row for the backward (reset, update and new gates, hx, the
+# hidden part of the new gate), as CUDA's kernel does.
+_GRU_WORKSPACE_BLOCKS = 5
+
+
+def _thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    _check_cell_sizes("_thnn_fused_gru_cell", input_gates, hidden_gates, hx, (input_bias, hidden_bias), 3)
+    workspace = input_gates.new_empty(hx.size(0), _GRU_WORKSPACE_BLOCKS * hx.size(1))
+    return torch.empty_like(hx, memory_format=torch.contiguous_format), workspace
+
+
+def _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
+    batch, hidden = workspace.size(0), workspace.size(1) // _GRU_WORKSPACE_BLOCKS
+    torch._check(grad_hy.shape == (batch, hidden), lambda: "_thnn_fused_gru_cell_backward: grad_hy of shape "
+                 f"{tuple(grad_hy.shape)} does not fit the workspace of shape {tuple(workspace.shape)}")
+    grad_input_gates = workspace.new_empty(batch, 3 * hidden)
+    grad_hidden_gates = workspace.new_empty(batch, 3 * hidden)
+    grad_hx = workspace.new_empty(batch, hidden)
+    grad_input_bias = workspace.new_empty(3 * hidden) if has_bias else None
+    grad_hidden_bias = workspace.new_empty(3 * hidden) if has_bias else None
+    return grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias
+
+
 _KERNELS = {
     "_fused_sgd_": _fused_sgd_,
     "_fused_sgd_.tensor_lr": _fused_sgd_,
@@ -64,8 +116,12 @@ _KERNELS = {
     "_logcumsumexp": _logcumsumexp,
     "histogram.bin_ct": _histogram_bin_count,
     "histogram.bins_tensor": _histogram_bin_edges,
+    "_thnn_fused_gru_cell": _thnn_fused_gru_cell,
+    "_thnn_fused_gru_cell_backward": _thnn_fused_gru_cell_backward,
 }
 
 for _name, _kernel in _KERNELS.items():
     if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + _name, "Meta"):
         _LIBRARY.impl(_name, _kernel, "Meta")
+if _lstm_cell_meta_rejects_absent_bias():
+    _LIBRARY.impl("_thnn_fused_lstm_cell", _thnn_fused_lstm_cell, "Meta")
