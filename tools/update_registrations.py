@@ -17,7 +17,8 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REGISTRATIONS = ROOT / "csrc" / "aten" / "registrations.cc"
 # Ops with their own hand-written kernel in registrations.cc (never served by the lowered kernel).
-HAND_WRITTEN = {"aten::copy_", "aten::cat", "aten::_scaled_dot_product_fused_attention_overrideable", "aten::one_hot"}
+HAND_WRITTEN = {"aten::copy_", "aten::cat", "aten::_scaled_dot_product_fused_attention_overrideable",
+                "aten::one_hot"}
 
 
 def rule_names() -> set[str]:
