@@ -18,7 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 REGISTRATIONS = ROOT / "csrc" / "aten" / "registrations.cc"
 # Ops with their own hand-written kernel in registrations.cc (never served by the lowered kernel).
 HAND_WRITTEN = {"aten::copy_", "aten::cat", "aten::_scaled_dot_product_fused_attention_overrideable",
-                "aten::one_hot"}
+                "aten::one_hot", "aten::index.Tensor", "aten::index_put", "aten::index_put_",
+                "aten::_index_put_impl", "aten::_index_put_impl_"}
 
 
 def rule_names() -> set[str]:

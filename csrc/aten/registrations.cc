@@ -11,6 +11,7 @@
 #include "aten/attention.h"
 #include "aten/batch_norm.h"
 #include "aten/copy.h"
+#include "aten/data_dependent.h"
 #include "aten/fallback.h"
 #include "aten/one_hot.h"
 #include "aten/op_kernel.h"
@@ -276,9 +277,7 @@ const std::vector<const char*>& lowered_ops() {
       "_fused_sgd.tensor_lr",
       "_fused_sgd_",
       "_fused_sgd_.tensor_lr",
-      "_index_put_impl",
       "_index_put_impl.out",
-      "_index_put_impl_",
       "_linalg_det",
       "_linalg_det.result",
       "_linalg_eigh",
@@ -684,7 +683,6 @@ const std::vector<const char*>& lowered_ops() {
       "igammac_",
       "im2col",
       "im2col.out",
-      "index.Tensor",
       "index.Tensor_out",
       "index_add",
       "index_add.out",
@@ -698,9 +696,7 @@ const std::vector<const char*>& lowered_ops() {
       "index_fill.int_Tensor_out",
       "index_fill_.int_Scalar",
       "index_fill_.int_Tensor",
-      "index_put",
       "index_put.out",
-      "index_put_",
       "index_reduce",
       "index_reduce.out",
       "index_reduce_",
@@ -1261,12 +1257,22 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", &has_compatible_shallow_copy_type);
   m.impl("_copy_from_and_resize", &copy_from_and_resize);
   m.impl("_local_scalar_dense", &local_scalar_dense);
+  m.impl("_index_put_impl", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());
+  m.impl("_index_put_impl_", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());
+  m.impl("_unique2", &unique2);
   m.impl("_reshape_alias", &at::native::_reshape_alias);
   m.impl("as_strided", &at::native::as_strided_tensorimpl);
   m.impl("copy_", &copy_);
   m.impl("empty.memory_format", &empty_memory_format);
   m.impl("equal", &equal);
+  m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_kernel>());
+  m.impl("index_put", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());
+  m.impl("index_put_", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());
+  m.impl("masked_select", &masked_select);
+  m.impl("masked_select.out", &masked_select_out);
   m.impl("native_batch_norm", &native_batch_norm);
+  m.impl("nonzero", &nonzero);
+  m.impl("nonzero.out", &nonzero_out);
   m.impl("one_hot", torch::CppFunction::makeFromBoxedFunction<&one_hot_kernel>());
   m.impl("empty_strided", &empty_strided);
   m.impl("resize_", &resize_);
@@ -1275,6 +1281,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", &set_source_storage_offset);
   m.impl("set_.source_Tensor", &set_source_tensor);
   m.impl("unfold", &at::native::unfold);
+  m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&unique_consecutive_kernel>());
   m.impl("view", &at::native::view);
   m.impl("view.dtype", &at::native::view_dtype);
 }
