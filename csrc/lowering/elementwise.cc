@@ -4,6 +4,7 @@
 // and rounds once at the end. Comparisons compute in PyTorch's promoted type of the inputs.
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "lowering/helpers.h"
 
@@ -46,10 +47,25 @@ std::vector<Value> add_or_sub(LoweringContext& ctx, const char* name) {
 }
 
 std::vector<Value> lower_add(LoweringContext& ctx) { return add_or_sub(ctx, "add"); }
-std::vector<Value> lower_sub(LoweringContext& ctx) { return add_or_sub(ctx, "subtract"); }
+std::vector<Value> lower_sub(LoweringContext& ctx) {
+  check_subtraction_operands(ctx);
+  return add_or_sub(ctx, "subtract");
+}
 std::vector<Value> lower_mul(LoweringContext& ctx) { return binary_op(ctx, "multiply"); }
-std::vector<Value> lower_maximum(LoweringContext& ctx) { return binary_op(ctx, "maximum"); }
-std::vector<Value> lower_minimum(LoweringContext& ctx) { return binary_op(ctx, "minimum"); }
+// maximum or minimum with NaN from either side, as PyTorch and StableHLO define them: XLA's CPU compiler
+// (fast min/max) returns the first operand where only the second is NaN, so a NaN clamp bound was dropped.
+Value nan_propagating(Graph& g, const char* name, Value a, Value b) {
+  Value result = g.binary(name, a, b);
+  if (!is_floating(g.type(result).dtype)) return result;
+  return g.select(g.compare(b, b, Comparison::kNE), b, result);
+}
+
+std::vector<Value> lower_maximum(LoweringContext& ctx) {
+  return {finish(ctx, nan_propagating(ctx.graph, "maximum", operand(ctx, 0), operand(ctx, 1)))};
+}
+std::vector<Value> lower_minimum(LoweringContext& ctx) {
+  return {finish(ctx, nan_propagating(ctx.graph, "minimum", operand(ctx, 0), operand(ctx, 1)))};
+}
 
 std::vector<Value> lower_div(LoweringContext& ctx) {
   Graph& g = ctx.graph;
@@ -154,6 +170,8 @@ std::vector<Value> lower_reciprocal(LoweringContext& ctx) {
 }
 
 std::vector<Value> lower_relu(LoweringContext& ctx) {
+  // CPU's relu refuses bool before its kernel; the meta kernel does not.
+  if (ctx.type_of(0).dtype == DType::kBool) throw std::invalid_argument("Boolean inputs not supported for relu");
   return {finish(ctx, ctx.graph.binary("maximum", operand(ctx, 0), scalar_like(ctx, 0)))};
 }
 
@@ -168,17 +186,17 @@ std::vector<Value> lower_logical_not(LoweringContext& ctx) {
 std::vector<Value> lower_clamp(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = operand(ctx, 0);
-  if (!ctx.is_none(1)) x = g.binary("maximum", x, scalar_arg(ctx, 1));
-  if (!ctx.is_none(2)) x = g.binary("minimum", x, scalar_arg(ctx, 2));
+  if (!ctx.is_none(1)) x = nan_propagating(g, "maximum", x, scalar_arg(ctx, 1));
+  if (!ctx.is_none(2)) x = nan_propagating(g, "minimum", x, scalar_arg(ctx, 2));
   return {finish(ctx, x)};
 }
 
 std::vector<Value> lower_clamp_min(LoweringContext& ctx) {
-  return {finish(ctx, ctx.graph.binary("maximum", operand(ctx, 0), scalar_arg(ctx, 1)))};
+  return {finish(ctx, nan_propagating(ctx.graph, "maximum", operand(ctx, 0), scalar_arg(ctx, 1)))};
 }
 
 std::vector<Value> lower_clamp_max(LoweringContext& ctx) {
-  return {finish(ctx, ctx.graph.binary("minimum", operand(ctx, 0), scalar_arg(ctx, 1)))};
+  return {finish(ctx, nan_propagating(ctx.graph, "minimum", operand(ctx, 0), scalar_arg(ctx, 1)))};
 }
 
 // threshold_backward(grad_output, self, threshold): grad where self > threshold, else 0.
@@ -462,8 +480,8 @@ std::vector<Value> lower_logaddexp(LoweringContext& ctx) {
 std::vector<Value> lower_clamp_tensor(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = operand(ctx, 0);
-  if (!ctx.is_none(1)) x = g.binary("maximum", x, operand(ctx, 1));
-  if (!ctx.is_none(2)) x = g.binary("minimum", x, operand(ctx, 2));
+  if (!ctx.is_none(1)) x = nan_propagating(g, "maximum", x, operand(ctx, 1));
+  if (!ctx.is_none(2)) x = nan_propagating(g, "minimum", x, operand(ctx, 2));
   return {finish(ctx, x)};
 }
 
@@ -493,6 +511,16 @@ std::vector<Value> lower_addcmul(LoweringContext& ctx) {
 // addcdiv(self, tensor1, tensor2, value): self + value * tensor1 / tensor2
 std::vector<Value> lower_addcdiv(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  // CPU refuses an integer quotient (its meaning changed from truncating to true division); the meta kernel
+  // does not check.
+  if (!is_floating(ctx.type_of(1).dtype) && !is_floating(ctx.type_of(2).dtype)) {
+    throw std::invalid_argument(
+        "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a true "
+        "division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + value * "
+        "torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / tensor2) "
+        "for float inputs. The future addcdiv behavior is just the latter implementation: (input + value * tensor1 / "
+        "tensor2), for all dtypes.");
+  }
   Value term = g.binary("multiply", g.binary("divide", operand(ctx, 1), operand(ctx, 2)), scalar_arg(ctx, 3));
   return {finish(ctx, g.binary("add", operand(ctx, 0), term))};
 }

@@ -26,6 +26,9 @@ Value broadcast_to(Graph& g, Value x, const std::vector<int64_t>& dims) {
 }
 
 Value cast_to(Graph& g, Value x, const Type& target) {
+  // Bool to float goes through int32: XLA rewrites a product with a converted bool as a select, so
+  // False * inf gave 0 instead of NaN (and False / 0 likewise).
+  if (g.type(x).dtype == DType::kBool && is_floating(target.dtype)) x = g.convert(x, DType::kI32);
   return broadcast_to(g, g.convert(x, target.dtype), target.dims);
 }
 
@@ -134,6 +137,21 @@ void check_integer_divisor(LoweringContext& ctx, Value divisor) {
   if (is_floating(t.dtype)) return;
   ctx.check(CheckKind::kZeroDivision,
             ctx.graph.compare(divisor, ctx.graph.constant_int(0, t.dtype, t.dims), ir::Comparison::kEQ));
+}
+
+void check_subtraction_operands(const LoweringContext& ctx) {
+  auto is_bool = [&](size_t i) {
+    const Arg& a = ctx.args[i];
+    return a.kind == Arg::Kind::kBool || (a.kind == Arg::Kind::kTensor && ctx.type_of(i).dtype == DType::kBool);
+  };
+  if (is_bool(0) && is_bool(1)) {
+    throw std::invalid_argument("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                                "`logical_xor()` operator instead.");
+  }
+  if (is_bool(0) || is_bool(1)) {
+    throw std::invalid_argument("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                                "to invert a mask, use the `~` or `logical_not()` operator instead.");
+  }
 }
 
 void require_floating(const LoweringContext& ctx, size_t i, const char* op) {

@@ -56,6 +56,10 @@ void check_integer_divisor(LoweringContext& ctx, Value divisor);
 // (the meta kernels accept any dtype, so the rule must refuse rather than compute).
 void require_floating(const LoweringContext& ctx, size_t i, const char* op);
 
+// Throws CPU's error where an operand of a subtraction (sub, rsub; tensor or number) is bool. PyTorch's meta
+// kernels accept bool there, so the rule must refuse rather than compute.
+void check_subtraction_operands(const LoweringContext& ctx);
+
 // Uniform floats in [0, 1) of `dtype` (float32 or float64) from rng_bit_generator over the functional
 // RNG state (LoweringContext::rng_state of a rule marked uses_rng).
 Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DType dtype);

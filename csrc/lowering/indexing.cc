@@ -118,7 +118,8 @@ std::vector<Value> lower_index_select(LoweringContext& ctx) {
   slice_sizes[static_cast<size_t>(dim)] = 1;
   result_dims[static_cast<size_t>(dim)] = g.type(indices).dims[0];
   offset_dims.erase(offset_dims.begin() + dim);
-  if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
+  // Nothing to gather from an empty dim (every index fails the check above; StableHLO rejects the slice).
+  if (out(ctx).numel() == 0 || size == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
   Value result = gather(g, self, indices, offset_dims, {dim}, 1, slice_sizes, result_dims);
   return {g.reshape(result, out(ctx).dims)};
 }
@@ -175,7 +176,11 @@ std::vector<Value> index_fill(LoweringContext& ctx, bool value_is_tensor) {
   dims[static_cast<size_t>(dim)] = g.type(ctx.tensor(2)).numel();
   Value value = value_is_tensor ? cast_to(g, ctx.tensor(3), Type{t.dtype, dims})
                                 : ctx.scalar(3, t.dtype, dims);
-  check_dim_index(ctx, self, dim, true, CheckKind::kIndexBounds);
+  // CPU checks an index as it fills the slice it selects, so with empty slices (another dim of size 0)
+  // nothing is checked.
+  int64_t slice_numel = 1;
+  for (size_t d = 0; d < t.dims.size(); ++d) slice_numel *= static_cast<int64_t>(d) == dim ? 1 : t.dims[d];
+  if (slice_numel > 0) check_dim_index(ctx, self, dim, true, CheckKind::kIndexBounds);
   return {g.reshape(scatter_slices(g, self, dim, ctx.tensor(2), value, Combine::kReplace), out(ctx).dims)};
 }
 std::vector<Value> lower_index_fill_scalar(LoweringContext& ctx) { return index_fill(ctx, false); }
@@ -509,12 +514,25 @@ std::vector<int64_t> inverse(const std::vector<int64_t>& permutation) {
   return result;
 }
 
+// CPU's check, before any element is read, that the (broadcast, non-empty) indices index no dim of size 0. It
+// holds for an empty result too, where the device-side check has no element to test.
+void check_no_index_into_empty_dim(const Type& self, const AdvancedIndex& a) {
+  int64_t points = 1;
+  for (int64_t d : a.batch) points *= d;
+  for (int64_t d : a.indexed) {
+    if (self.dims[static_cast<size_t>(d)] == 0 && points > 0) {
+      throw std::invalid_argument("index is out of bounds for dimension with size 0");
+    }
+  }
+}
+
 // index.Tensor(self, Tensor?[] indices)
 std::vector<Value> lower_index(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value self = ctx.tensor(0);
   const Type t = g.type(self);
   const AdvancedIndex a = advanced_index(g, t, ctx.args.at(1).tensors);
+  check_no_index_into_empty_dim(t, a);
   if (out(ctx).numel() == 0) return {g.constant_int(0, t.dtype, out(ctx).dims)};
   check_advanced_index(ctx, t, ctx.args.at(1).tensors);
   const int64_t k = static_cast<int64_t>(a.indexed.size());
@@ -569,6 +587,25 @@ Value masked_put(Graph& g, Value self, const std::vector<Value>& indices, Value 
   return g.binary(t.dtype == DType::kBool ? "or" : "add", self, g.select(mask, placed, zero));
 }
 
+// CPU's check that index_put's values broadcast to self[indices]'s shape: made here because an empty result
+// returns before the broadcast that would otherwise reject them.
+void check_values_broadcast(const Type& values, const std::vector<int64_t>& result_dims) {
+  const int64_t lead = static_cast<int64_t>(result_dims.size()) - values.rank();
+  bool broadcasts = lead >= 0;
+  for (int64_t i = 0; broadcasts && i < values.rank(); ++i) {
+    const int64_t size = values.dims[static_cast<size_t>(i)];
+    broadcasts = size == 1 || size == result_dims[static_cast<size_t>(lead + i)];
+  }
+  if (broadcasts) return;
+  auto text = [](const std::vector<int64_t>& dims) {
+    std::string s = "[";
+    for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+    return s + "]";
+  };
+  throw std::invalid_argument("shape mismatch: value tensor of shape " + text(values.dims) +
+                              " cannot be broadcast to indexing result of shape " + text(result_dims));
+}
+
 // index_put / _index_put_impl(self, Tensor?[] indices, values, accumulate[, unsafe]): values broadcast
 // to self[indices]'s shape and are scattered back (summed when accumulate; else the last write wins,
 // which PyTorch leaves unspecified for duplicate indices).
@@ -595,6 +632,7 @@ std::vector<Value> lower_index_put(LoweringContext& ctx) {
   for (int64_t i : order) result_dims.push_back(gathered_dims[static_cast<size_t>(i)]);
   int64_t count = 1;
   for (int64_t d : gathered_dims) count *= d;
+  check_values_broadcast(ctx.type_of(2), result_dims);
   if (count == 0) return {self};
   Value values = cast_to(g, ctx.tensor(2), Type{t.dtype, result_dims});
   Value updates = g.transpose(values, inverse(order));

@@ -1,11 +1,24 @@
 // Matrix and vector products: mm, addmm, bmm, baddbmm, addbmm, addmv, addr, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
 // accumulation in float32 for 16-bit inputs, rounded once to the output dtype.
+#include <stdexcept>
+#include <string>
+
 #include "lowering/helpers.h"
 
 namespace torchtpu::lowering {
 namespace {
 
 const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
+
+// CPU has no bool matrix products (only addr, which is elementwise), and XLA's CPU compiler aborts the process
+// on some bool dots with an added bias, so the rules refuse bool with CPU's message where CPU's kernel runs
+// (`computes`: CPU returns an empty or, with nothing to contract, a zero product without it); `kernel` is
+// CPU's name for it.
+void reject_bool(const LoweringContext& ctx, const char* kernel, bool computes) {
+  if (out(ctx).dtype == DType::kBool && computes) {
+    throw std::invalid_argument("\"" + std::string(kernel) + "\" not implemented for 'Bool'");
+  }
+}
 
 Value matmul_2d(LoweringContext& ctx, Value a, Value b) {
   Graph& g = ctx.graph;
@@ -16,6 +29,7 @@ Value matmul_2d(LoweringContext& ctx, Value a, Value b) {
 }
 
 std::vector<Value> lower_mm(LoweringContext& ctx) {
+  reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0 && ctx.type_of(0).dims[1] > 0);
   Value product = matmul_2d(ctx, ctx.tensor(0), ctx.tensor(1));
   return {ctx.graph.convert(product, out(ctx).dtype)};
 }
@@ -36,6 +50,7 @@ Value scale_and_add_self(LoweringContext& ctx, Value product, double beta, doubl
 
 // addmm(self, mat1, mat2, beta, alpha): beta * self + alpha * (mat1 @ mat2)
 std::vector<Value> lower_addmm(LoweringContext& ctx) {
+  reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
   return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)), ctx.real(3), ctx.real(4))};
 }
 
@@ -51,11 +66,13 @@ Value batch_product(LoweringContext& ctx, Value a, Value b, bool sum_batches) {
 }
 
 std::vector<Value> lower_bmm(LoweringContext& ctx) {
+  reject_bool(ctx, "bmm", out(ctx).numel() > 0 && ctx.type_of(0).dims[2] > 0);
   return {ctx.graph.convert(batch_product(ctx, ctx.tensor(0), ctx.tensor(1), false), out(ctx).dtype)};
 }
 
 // baddbmm(self, batch1, batch2, beta, alpha): beta * self + alpha * bmm(batch1, batch2)
 std::vector<Value> lower_baddbmm(LoweringContext& ctx) {
+  reject_bool(ctx, "baddbmm", out(ctx).numel() > 0);
   return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), false), ctx.real(3), ctx.real(4))};
 }
 
@@ -63,6 +80,7 @@ std::vector<Value> lower_baddbmm(LoweringContext& ctx) {
 // PyTorch accumulates one addmm_ per batch entry into the result, rounding it to the output dtype each time;
 // for 16-bit outputs that rounding is visible, so they loop the same way. Wider outputs contract all at once.
 std::vector<Value> lower_addbmm(LoweringContext& ctx) {
+  reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
   const double beta = ctx.real(3), alpha = ctx.real(4);
@@ -100,6 +118,7 @@ std::vector<Value> lower_addbmm(LoweringContext& ctx) {
 
 // dot(self, tensor): a 1-d contraction.
 std::vector<Value> lower_dot(LoweringContext& ctx) {
+  reject_bool(ctx, "dot", true);
   Graph& g = ctx.graph;
   const DType dtype = out(ctx).dtype;
   Value product = g.dot_general(g.convert(ctx.tensor(0), dtype), g.convert(ctx.tensor(1), dtype), {}, {}, {0}, {0},
@@ -109,6 +128,7 @@ std::vector<Value> lower_dot(LoweringContext& ctx) {
 
 // addmv(self, mat, vec, beta, alpha): beta * self + alpha * (mat @ vec)
 std::vector<Value> lower_addmv(LoweringContext& ctx) {
+  reject_bool(ctx, "addmv_impl_cpu", out(ctx).numel() > 0 && ctx.type_of(1).dims[1] > 0);
   Graph& g = ctx.graph;
   const DType dtype = out(ctx).dtype;
   Value product = g.dot_general(g.convert(ctx.tensor(1), dtype), g.convert(ctx.tensor(2), dtype), {}, {}, {1}, {0},

@@ -65,7 +65,8 @@ Value extremum(LoweringContext& ctx, const std::vector<int64_t>& dims, bool is_m
   return g.reduce(x, extreme(g, dtype, is_max), dims, is_max ? Reducer::kMax : Reducer::kMin);
 }
 
-// Index of the first extremum along `dim` (NaN counts as the extremum, as in PyTorch).
+// Index of the first extremum along `dim`; in a row holding NaN, of the first NaN (NaN counts as the extremum,
+// as in PyTorch, and XLA's max/min reductions need not propagate it).
 Value arg_extremum(LoweringContext& ctx, int64_t dim, bool is_max) {
   Graph& g = ctx.graph;
   Value x = ctx.tensor(0);
@@ -77,7 +78,11 @@ Value arg_extremum(LoweringContext& ctx, int64_t dim, bool is_max) {
   }
   Value best_full = g.broadcast_in_dim(best, t.dims, kept);
   Value hit = g.compare(x, best_full, Comparison::kEQ);
-  if (is_floating(t.dtype)) hit = g.binary("or", hit, g.compare(x, x, Comparison::kNE));
+  if (is_floating(t.dtype)) {
+    Value is_nan = g.compare(x, x, Comparison::kNE);
+    Value has_nan = g.reduce(is_nan, g.constant_int(0, DType::kBool), {dim}, Reducer::kOr);
+    hit = g.select(g.broadcast_in_dim(has_nan, t.dims, kept), is_nan, hit);
+  }
   Value positions = g.iota(Type{DType::kI64, t.dims}, dim);
   Value sentinel = g.constant_int(std::numeric_limits<int64_t>::max(), DType::kI64, t.dims);
   Value candidates = g.select(hit, positions, sentinel);
@@ -109,7 +114,22 @@ std::vector<Value> lower_mean(LoweringContext& ctx) {
   return {mean_over(ctx, reduction_dims({}, ctx.type_of(0).rank()))};
 }
 
+// max/min over an empty dim (no identity) raise on CPU; PyTorch's meta kernels return an empty result
+// instead, so the rules check.
+void require_nonempty_dim(const LoweringContext& ctx, int64_t dim, const char* op) {
+  const Type& t = ctx.type_of(0);
+  if (t.rank() > 0 && t.dims[static_cast<size_t>(dim)] == 0) {
+    throw std::invalid_argument(std::string(op) + "(): Expected reduction dim " + std::to_string(dim) +
+                                " to have non-zero size.");
+  }
+}
+
 std::vector<Value> full_extremum(LoweringContext& ctx, bool is_max) {
+  if (ctx.type_of(0).numel() == 0) {
+    const std::string op = is_max ? "max" : "min";
+    throw std::invalid_argument(op + "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                                "reduction dim with the 'dim' argument.");
+  }
   Value v = extremum(ctx, reduction_dims({}, ctx.type_of(0).rank()), is_max);
   return {ctx.graph.reshape(v, out(ctx).dims)};
 }
@@ -128,6 +148,7 @@ std::vector<Value> lower_amin(LoweringContext& ctx) {
 std::vector<Value> dim_extremum(LoweringContext& ctx, bool is_max) {
   Graph& g = ctx.graph;
   const std::vector<int64_t> dims = dims_arg(ctx, 1);
+  if (!dims.empty()) require_nonempty_dim(ctx, dims[0], is_max ? "max" : "min");
   if (dims.empty()) {  // 0-d input: the value itself, index 0
     return {g.reshape(ctx.tensor(0), out(ctx, 0).dims), g.constant_int(0, DType::kI64, out(ctx, 1).dims)};
   }
@@ -150,6 +171,9 @@ std::vector<Value> lower_min_dim(LoweringContext& ctx) { return dim_extremum(ctx
 std::vector<Value> arg_op(LoweringContext& ctx, bool is_max) {
   Graph& g = ctx.graph;
   const Type& t = ctx.type_of(0);
+  if (t.dtype == DType::kBool) {
+    throw std::invalid_argument(std::string(is_max ? "argmax" : "argmin") + "(): does not support bool input");
+  }
   if (t.rank() == 0) return {g.constant_int(0, DType::kI64, out(ctx).dims)};
   if (ctx.is_none(1)) {
     LoweringContext flat{g, ctx.args, ctx.outputs, ctx.common_dtype, ctx.rng_state};

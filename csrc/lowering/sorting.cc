@@ -238,6 +238,10 @@ std::vector<Value> lower_nanmedian_dim(LoweringContext& ctx) { return dim_median
 std::vector<Value> lower_mode(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Slices in = slices(ctx, 1);
+  // No mode of an empty slice: CPU raises, the meta kernel returns an empty result.
+  if (ctx.type_of(0).rank() > 0 && g.type(in.x).dims[static_cast<size_t>(in.dim)] == 0) {
+    throw std::invalid_argument("mode(): Expected reduction dim " + std::to_string(in.dim) + " to have non-zero size.");
+  }
   const Type t = g.type(in.x);
   const int64_t rank = t.rank();
   // [..., n, n] with the pair's second element in a new last dim.

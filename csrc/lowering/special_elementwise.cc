@@ -2,6 +2,8 @@
 // logaddexp2, softplus, logit, sinc, erfc, entr, xlog1py, and the logcumsumexp scan.
 //
 // They compute in the output's "opmath" type (float32 for 16-bit floats) and round once, as PyTorch does.
+#include <stdexcept>
+
 #include "lowering/special_math.h"
 
 namespace torchtpu::lowering::special {
@@ -12,6 +14,7 @@ namespace {
 // rsub.Tensor(self, other, alpha): other - alpha * self.
 std::vector<Value> lower_rsub(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  check_subtraction_operands(ctx);
   Value self = operand(ctx, 0);
   if (!ctx.is_none(2)) self = g.binary("multiply", self, ctx.scalar(2, opmath(ctx), out(ctx).dims));
   return {finish(ctx, g.binary("subtract", operand(ctx, 1), self))};
@@ -65,6 +68,10 @@ std::vector<Value> lower_fmin(LoweringContext& ctx) { return nan_ignoring(ctx, f
 // heaviside(self, values): values where self == 0, else 1 for positive and 0 for negative (and NaN).
 std::vector<Value> lower_heaviside(LoweringContext& ctx) {
   Graph& g = ctx.graph;
+  // CPU does not promote here (its meta kernel, unlike PyTorch's Python one, checks).
+  if (ctx.type_of(0).dtype != ctx.type_of(1).dtype) {
+    throw std::invalid_argument("heaviside is not yet implemented for tensors with different dtypes.");
+  }
   const Type& t = out(ctx);
   Value x = cast_to(g, ctx.tensor(0), t);
   Value zero = g.constant_int(0, t.dtype, t.dims);

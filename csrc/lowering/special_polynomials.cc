@@ -26,6 +26,15 @@ PolynomialArgs polynomial_args(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value n = cast_to(g, ctx.tensor(1), Type{ctx.type_of(1).dtype, out(ctx).dims});
   Value n_int = g.convert(n, DType::kI64);
+  const Type& n_type = g.type(n);
+  if (is_floating(n_type.dtype)) {
+    // CPU's static_cast of NaN, an infinity or a value past int64's range gives INT64_MIN (x86), so n < 0;
+    // XLA's convert saturates instead, and the recurrence then looped up to INT64_MAX.
+    Value magnitude = g.convert(g.unary("abs", n), DType::kF32);
+    Value two_to_63 = g.constant(9223372036854775808.0, DType::kF32, n_type.dims);
+    Value in_range = g.compare(magnitude, two_to_63, Comparison::kLT);  // false for NaN
+    n_int = g.select(in_range, n_int, g.constant_int(std::numeric_limits<int64_t>::min(), DType::kI64, n_type.dims));
+  }
   return {math(ctx), operand(ctx, 0), n_int, g.convert(n_int, opmath(ctx))};
 }
 
