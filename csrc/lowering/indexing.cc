@@ -1,16 +1,16 @@
 // Integer indexing: index_select, gather, the scatter family, advanced indexing (index / index_put),
 // index_add, index_copy, index_fill, index_reduce, flat take / put, and one_hot.
 //
-// All of them but one_hot (a compare against an iota) become one StableHLO gather or scatter. Negative indices wrap as in PyTorch's index,
-// index_put, index_fill, take and put. Every op states CPU's bounds check as a device-side value check
+// All of them but one_hot (a compare against an iota) become one StableHLO gather or scatter. Negative
+// indices wrap as in PyTorch's index, index_put, index_fill, take and put. Every op states CPU's bounds check as a device-side value check
 // (docs/value_checks.md), which also rejects the negative indices CPU rejects (gather, scatter,
 // index_select, index_add, index_copy, index_reduce). With checks off, an out-of-range index is not
 // reported: XLA clamps a gather's start indices and drops out-of-bounds scatter updates.
 //
 // Boolean (mask) indices have a data-dependent result shape and cannot be one static program: reading
-// x[mask] is rejected by the meta kernel before a rule runs. Writing x[mask] = v is static when v does not
-// depend on the number of selected elements, and becomes a select; other mask uses are rejected with a
-// clear message.
+// x[mask], and writing x[mask] = v with one value per selected element, go through aten/data_dependent.cc
+// first (the device counts, the host reads the count, the mask becomes indices). Writing x[mask] = v is
+// static when v does not depend on the number of selected elements, and becomes a select here.
 #include <algorithm>
 #include <functional>
 #include <limits>
