@@ -1,6 +1,8 @@
 #include "aten/append.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/WrapDimMinimal.h>
 
 #include <algorithm>
@@ -140,15 +142,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_prefix_meta
   const int64_t batch = query.size(0), heads = query.size(1), length = query.size(2);
   const int64_t value_dim = value_storage.numel() / (batch * kv_heads * capacity);
   // The output is laid out as the query is, as attention's own meta kernel lays it out.
-  std::vector<int64_t> order = {0, 1, 2, 3};
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return query.stride(a) > query.stride(b); });
   const std::vector<int64_t> sizes = {batch, heads, length, value_dim};
-  std::vector<int64_t> in_memory_order, back(4);
-  for (size_t d = 0; d < 4; ++d) {
-    in_memory_order.push_back(sizes[order[d]]);
-    back[order[d]] = static_cast<int64_t>(d);
-  }
-  return {at::empty(in_memory_order, query.options()).permute(back),
+  return {at::empty_strided(sizes, at::infer_dense_strides(sizes, query.strides()), query.options()),
           at::empty({batch, heads, length}, query.options().dtype(at::kFloat)),
           at::empty({}, query.options().dtype(at::kLong)), at::empty({}, query.options().dtype(at::kLong))};
 }

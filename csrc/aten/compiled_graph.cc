@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "aten/generator.h"
 #include "aten/scalar_operands.h"
@@ -114,7 +115,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std:
     new_storage_of.emplace(storage, static_cast<int>(graph->new_storage_bytes_.size()));
     graph->new_storage_bytes_.push_back(out.storage().nbytes());
   }
-  std::unordered_map<const c10::StorageImpl*, bool> computed;
+  std::unordered_set<const c10::StorageImpl*> computed;
   for (const c10::intrusive_ptr<c10::StorageImpl>& storage : flushed->results) {
     Result r;
     if (auto it = input_of.find(storage.get()); it != input_of.end()) {
@@ -126,7 +127,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std:
       r.kind = Result::Kind::kNewStorage;
       r.index = it->second;
     }
-    computed[storage.get()] = true;
+    computed.insert(storage.get());
     graph->results_.push_back(r);
   }
   for (const at::Tensor& out : outputs) {

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cstdio>
 #include <exception>
-#include <numeric>
 #include <optional>
 #include <cstdlib>
 #include <unordered_map>
@@ -47,11 +46,8 @@ ir::Type ir_type(const at::Tensor& t) { return ir::Type{to_dtype(t.scalar_type()
 // layout, channels-last convolution); empty for a row-major one. The result is then made in that layout,
 // as CPU makes it: a compiled graph's later views and as_strided calls assume the meta kernel's strides.
 std::vector<int64_t> memory_order(const at::Tensor& t) {
-  if (!t.defined() || t.is_contiguous() || !t.is_non_overlapping_and_dense()) return {};
-  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
-  return order;
+  if (!t.defined() || t.is_contiguous()) return {};
+  return lowering::dense_order(geometry(t));
 }
 
 // Whether the rule reads the argument's current value: out= arguments and the self of ops that overwrite

@@ -116,21 +116,6 @@ Value structured_read(Graph& g, Value flat, const ViewGeometry& view, Value offs
   return g.broadcast_in_dim(dense, view.sizes, broadcast_dims);
 }
 
-// The view's dims from outermost to innermost in memory when it is dense and non-overlapping in some order
-// (a transposed or channels-last tensor), else empty.
-std::vector<int64_t> dense_order(const ViewGeometry& view) {
-  std::vector<int64_t> order(view.sizes.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return view.strides[a] > view.strides[b]; });
-  int64_t expected = 1;
-  for (size_t k = order.size(); k-- > 0;) {
-    const int64_t d = order[k];
-    if (view.sizes[d] != 1 && view.strides[d] != expected) return {};
-    expected *= view.sizes[d];
-  }
-  return order;
-}
-
 }  // namespace
 
 int64_t ViewGeometry::numel() const {
@@ -144,6 +129,19 @@ bool ViewGeometry::is_contiguous() const {
     expected *= sizes[i];
   }
   return true;
+}
+
+std::vector<int64_t> dense_order(const ViewGeometry& view) {
+  std::vector<int64_t> order(view.sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return view.strides[a] > view.strides[b]; });
+  int64_t expected = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    const int64_t d = order[k];
+    if (view.sizes[d] != 1 && view.strides[d] != expected) return {};
+    expected *= view.sizes[d];
+  }
+  return order;
 }
 
 bool covers_storage(const ViewGeometry& view, DType storage_dtype, int64_t storage_numel) {

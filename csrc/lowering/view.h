@@ -21,6 +21,10 @@ struct ViewGeometry {
   bool is_contiguous() const;
 };
 
+// The view's dims from outermost to innermost in memory when it is dense and non-overlapping in some order
+// (a transposed or channels-last tensor), else empty.
+std::vector<int64_t> dense_order(const ViewGeometry& view);
+
 // True when the view is the whole storage, dense and in order: a write may then simply replace the buffer.
 bool covers_storage(const ViewGeometry& view, DType storage_dtype, int64_t storage_numel);
 

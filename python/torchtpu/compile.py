@@ -147,7 +147,7 @@ class _GraphRunner:
         return outputs
 
     def _capture(self, args: list):
-        constants = [_attribute(self.gm, n.target) for n in self.gm.graph.nodes if n.op == "get_attr"]
+        constants = [operator.attrgetter(n.target)(self.gm) for n in self.gm.graph.nodes if n.op == "get_attr"]
         self.device_args = [i for i, a in enumerate(args) if _is_device_tensor(a)]
         self.device_constants = [c for c in constants if _is_device_tensor(c)]
         recorder = _ValueRecorder(self.gm)
@@ -201,13 +201,6 @@ class _GraphRunner:
         return outputs if self.output_type is list else self.output_type(outputs)
 
 
-def _attribute(gm: torch.nn.Module, target: str):
-    value = gm
-    for name in target.split("."):
-        value = getattr(value, name)
-    return value
-
-
 def _cpu_part(gm: torch.fx.GraphModule, cpu_nodes: set, needed: list) -> torch.fx.GraphModule:
     """The graph's CPU-only nodes (all of them: their in-place updates of CPU inputs must happen on every
     call) as a graph of the same inputs returning the `needed` values: (node, index in its list or None)."""
@@ -229,7 +222,8 @@ def export(model: torch.nn.Module, example_inputs: tuple, kwargs: dict | None = 
     module = exported.run_decompositions(_decompositions()).module()
     for value in [*module.parameters(), *module.buffers(), *example_inputs]:
         if isinstance(value, torch.Tensor) and not _is_device_tensor(value):
-            raise ValueError(f"torchtpu.export: the model and its inputs must be on tpu, found a tensor on {value.device}")
+            raise ValueError("torchtpu.export: the model and its inputs must be on tpu, found a tensor on "
+                             f"{value.device}")
     with torch.no_grad(), eager_mode("fused"):
         trace = torchtpu._C._capture_begin()
         module(*example_inputs, **(kwargs or {}))
