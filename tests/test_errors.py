@@ -153,6 +153,21 @@ def test_unsupported_dtype(survivor, make):
     assert_usable(survivor)
 
 
+@pytest.mark.parametrize("product", [
+    lambda d: torch.mm(torch.ones(2, 3, device=d), torch.ones(3, 2, dtype=torch.long, device=d)),
+    lambda d: torch.addmm(torch.ones(2, 2, device=d), torch.ones(2, 3, device=d),
+                          torch.ones(3, 2, dtype=torch.long, device=d)),
+    lambda d: torch.bmm(torch.ones(1, 2, 3, device=d), torch.ones(1, 3, 2, dtype=torch.long, device=d)),
+    lambda d: torch.dot(torch.ones(3, device=d), torch.ones(3, dtype=torch.long, device=d)),
+    lambda d: torch.mv(torch.ones(2, 3, device=d), torch.ones(3, dtype=torch.long, device=d)),
+    lambda d: torch.nn.Linear(4, 2).to(d)(torch.ones(2, 4, dtype=torch.long, device=d)),
+], ids=["mm", "addmm", "bmm", "dot", "mv", "linear"])
+def test_product_of_mixed_dtypes_same_error_as_cpu(survivor, product):
+    """Products do not promote: CPU refuses mixed operand dtypes, and so does tpu, in CPU's words."""
+    assert_same_error_as_cpu(product)
+    assert_usable(survivor)
+
+
 @pytest.mark.parametrize("other", [
     lambda d: torch.full((3,), 1.5, device=d),
     lambda d: 1.5,

@@ -421,6 +421,8 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   } catch (const c10::Error&) {
     throw;
   } catch (const std::exception& e) {
+    // A rule that refuses its arguments: when CPU refuses them too, the user reads CPU's words.
+    check_arguments_on_cpu(op, stack, first);
     TORCH_CHECK(false, "torchtpu: lowering ", info.name, " failed: ", e.what());
   }
   TORCH_INTERNAL_ASSERT(results.size() == outputs.size(), "rule for ", info.name, " returned ", results.size(),

@@ -1,5 +1,6 @@
 // Matrix and vector products: mm, addmm, bmm, baddbmm, addbmm, addmv, addr, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
 // accumulation in float32 for 16-bit inputs, rounded once to the output dtype.
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -20,6 +21,15 @@ void reject_bool(const LoweringContext& ctx, const char* kernel, bool computes) 
   }
 }
 
+// CPU's products refuse operands of different dtypes (no promotion, unlike elementwise ops); the meta kernels
+// do not check it. The caller words the error as CPU does (aten/op_build.cc asks CPU when a rule refuses).
+void require_same_dtypes(const LoweringContext& ctx, std::initializer_list<size_t> operands) {
+  const DType first = ctx.type_of(*operands.begin()).dtype;
+  for (size_t i : operands) {
+    if (ctx.type_of(i).dtype != first) throw std::invalid_argument("the operands of a product must have one dtype");
+  }
+}
+
 Value matmul_2d(LoweringContext& ctx, Value a, Value b) {
   Graph& g = ctx.graph;
   const DType dtype = out(ctx).dtype;
@@ -29,6 +39,7 @@ Value matmul_2d(LoweringContext& ctx, Value a, Value b) {
 }
 
 std::vector<Value> lower_mm(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1});
   reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0 && ctx.type_of(0).dims[1] > 0);
   Value product = matmul_2d(ctx, ctx.tensor(0), ctx.tensor(1));
   return {ctx.graph.convert(product, out(ctx).dtype)};
@@ -50,6 +61,7 @@ Value scale_and_add_self(LoweringContext& ctx, Value product, double beta, doubl
 
 // addmm(self, mat1, mat2, beta, alpha): beta * self + alpha * (mat1 @ mat2)
 std::vector<Value> lower_addmm(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
   return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)), ctx.real(3), ctx.real(4))};
 }
@@ -66,12 +78,14 @@ Value batch_product(LoweringContext& ctx, Value a, Value b, bool sum_batches) {
 }
 
 std::vector<Value> lower_bmm(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1});
   reject_bool(ctx, "bmm", out(ctx).numel() > 0 && ctx.type_of(0).dims[2] > 0);
   return {ctx.graph.convert(batch_product(ctx, ctx.tensor(0), ctx.tensor(1), false), out(ctx).dtype)};
 }
 
 // baddbmm(self, batch1, batch2, beta, alpha): beta * self + alpha * bmm(batch1, batch2)
 std::vector<Value> lower_baddbmm(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "baddbmm", out(ctx).numel() > 0);
   return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), false), ctx.real(3), ctx.real(4))};
 }
@@ -80,6 +94,7 @@ std::vector<Value> lower_baddbmm(LoweringContext& ctx) {
 // PyTorch accumulates one addmm_ per batch entry into the result, rounding it to the output dtype each time;
 // for 16-bit outputs that rounding is visible, so they loop the same way. Wider outputs contract all at once.
 std::vector<Value> lower_addbmm(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
@@ -118,6 +133,7 @@ std::vector<Value> lower_addbmm(LoweringContext& ctx) {
 
 // dot(self, tensor): a 1-d contraction.
 std::vector<Value> lower_dot(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1});
   reject_bool(ctx, "dot", true);
   Graph& g = ctx.graph;
   const DType dtype = out(ctx).dtype;
@@ -128,6 +144,7 @@ std::vector<Value> lower_dot(LoweringContext& ctx) {
 
 // addmv(self, mat, vec, beta, alpha): beta * self + alpha * (mat @ vec)
 std::vector<Value> lower_addmv(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "addmv_impl_cpu", out(ctx).numel() > 0 && ctx.type_of(1).dims[1] > 0);
   Graph& g = ctx.graph;
   const DType dtype = out(ctx).dtype;
