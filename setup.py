@@ -14,6 +14,8 @@ RUNTIME_PACKAGES = ("torch", "xla-cpu-pjrt", "numpy")
 HF_PACKAGES = ("transformers", "accelerate", "diffusers", "safetensors", "tokenizers")
 # `pip install torchtpu[tpu]`: libtpu, the TPU plugin; torchtpu.aot also compiles with it on a host without a TPU.
 TPU_PACKAGES = ("libtpu",)
+# `pip install torchtpu[kernels]`: JAX, to write custom kernels (Pallas) as torch ops (torchtpu.kernels).
+KERNEL_PACKAGES = ("jax", "jaxlib")
 
 
 def runtime_requirements(packages=RUNTIME_PACKAGES):
@@ -52,6 +54,7 @@ setup(
     cmdclass={"build_ext": CMakeBuild},
     install_requires=runtime_requirements(),
     entry_points={"console_scripts": ["torchtpu = torchtpu.__main__:main"]},  # `torchtpu demo`
-    extras_require={"hf": runtime_requirements(HF_PACKAGES), "tpu": runtime_requirements(TPU_PACKAGES)},
+    extras_require={"hf": runtime_requirements(HF_PACKAGES), "tpu": runtime_requirements(TPU_PACKAGES),
+                    "kernels": runtime_requirements(KERNEL_PACKAGES)},
     python_requires=">=3.10",
 )

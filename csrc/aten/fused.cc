@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "aot/recorder.h"
 #include "cache/disk_cache.h"
@@ -90,16 +91,19 @@ Counters& counters() {
   return c;
 }
 
-// The op program's module as a private function named `name`: the module wrapper goes, @main is renamed,
-// and argument attributes (input/output aliasing, which only @main may carry) are dropped.
-std::string as_function(const std::string& module, const std::string& name) {
-  const size_t begin = module.find("func.func public @main(");
+// The op program's module split into its helper functions (the module-level functions before @main, e.g.
+// a custom kernel's; their names are unique to their origin) and @main as a private function named `name`:
+// the module wrapper goes and argument attributes (input/output aliasing, which only @main may carry) are
+// dropped.
+std::pair<std::string, std::string> as_function(const std::string& module, const std::string& name) {
+  const size_t body = module.find("{\n") + 2;
+  const size_t begin = module.find("  func.func public @main(");
   const size_t end = module.rfind('}', module.rfind('}') - 1);  // the function's closing brace
   TORCH_INTERNAL_ASSERT(begin != std::string::npos && end != std::string::npos, "unexpected op program text");
-  std::string f = module.substr(begin, end - begin + 1);
+  std::string f = module.substr(begin + 2, end - begin - 1);
   f.replace(0, std::string("func.func public @main(").size(), "func.func private @" + name + "(");
   for (size_t at; (at = f.find(" {tf.aliasing_output")) != std::string::npos;) f.erase(at, f.find('}', at) - at + 1);
-  return f;
+  return {module.substr(body, begin - body), f};
 }
 
 std::string type_list(const std::vector<std::string>& types) {
@@ -116,9 +120,13 @@ std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
   std::ostringstream module;
   module << "module @torchtpu_fused {\n";
   std::unordered_map<uint64_t, std::string> function_of;  // op program id -> function name
+  std::unordered_set<std::string> helpers;                 // helper functions already in the module
   for (const TraceOp& op : trace.ops) {
     auto [it, added] = function_of.emplace(op.signature->id, "op" + std::to_string(function_of.size()));
-    if (added) module << "  " << as_function(op.signature->text, it->second) << "\n";
+    if (!added) continue;
+    auto [helper, function] = as_function(op.signature->text, it->second);
+    if (!helper.empty() && helpers.insert(helper).second) module << helper;
+    module << "  " << function << "\n";
   }
   // External types come from the first parameter each feeds.
   std::vector<std::string> external_types(trace.externals.size());

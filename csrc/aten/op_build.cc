@@ -106,8 +106,9 @@ std::vector<c10::IValue> cpu_stand_ins(const torch::jit::Stack& stack, size_t fi
 }
 
 // Reruns a failing op on CPU stand-ins of its arguments and throws CPU's error, if CPU raises one. Only
-// reached on the error path.
+// reached on the error path. torchtpu's own ops (custom kernels) have no CPU kernel to ask.
 void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return;
   std::vector<c10::IValue> args = cpu_stand_ins(stack, first);
   torch::jit::Stack cpu_stack(args.begin(), args.end());
   op.callBoxed(&cpu_stack);  // throws CPU's error, which is what we want the user to see
@@ -305,6 +306,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     // Some meta kernels (several are Python) word their errors differently from CPU's; the user should
     // read CPU's message.
     check_arguments_on_cpu(op, stack, first);
+    if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) std::rethrow_exception(meta_error);
     // CPU accepts the arguments. A meta kernel that cannot know this call's output shapes fails again; one
     // that now succeeds failed for a reason of its own, such as a Ctrl-C raised as KeyboardInterrupt inside
     // a Python meta kernel, which must reach the caller instead of sending the op to the CPU fallback.

@@ -13,6 +13,7 @@
 #include "aten/copy.h"
 #include "aten/data_dependent.h"
 #include "aten/fallback.h"
+#include "aten/kernel.h"
 #include "aten/one_hot.h"
 #include "aten/op_kernel.h"
 #include "aten/registrations.h"
@@ -1291,17 +1292,20 @@ TORCH_LIBRARY(torchtpu, m) {
   m.def("_append_rows(Tensor storage, Tensor piece, Scalar rows, int capacity) -> Tensor");
   m.def("_attention_prefix(Tensor query, Tensor key_storage, Tensor value_storage, Scalar kv_len, int kv_heads, "
         "int capacity, bool is_causal, float? scale) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("_kernel(Tensor[] inputs, int entry) -> Tensor[]");  // aten/kernel.h
 }
 
 TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) {
   using torchtpu::aten::op_kernel;
   m.impl("_append_rows", torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
   m.impl("_attention_prefix", torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
+  m.impl("_kernel", torch::CppFunction::makeFromBoxedFunction<&op_kernel>());
 }
 
 TORCH_LIBRARY_IMPL(torchtpu, Meta, m) {
   m.impl("_append_rows", &torchtpu::aten::append_rows_meta);
   m.impl("_attention_prefix", &torchtpu::aten::attention_prefix_meta);
+  m.impl("_kernel", &torchtpu::aten::kernel_meta);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

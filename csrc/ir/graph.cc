@@ -517,9 +517,18 @@ std::pair<Value, Value> Graph::rng_bit_generator(Value state, const Type& bits_t
   return {new_state, Value{new_state.id + 1}};
 }
 
+void Graph::add_functions(const std::string& text) {
+  for (const std::string& f : functions_) {
+    if (f == text) return;
+  }
+  functions_.push_back(text);
+}
+
 std::string Graph::emit() const {
   std::ostringstream out;
-  out << "module @torchtpu {\n  func.func public @main(";
+  out << "module @torchtpu {\n";
+  for (const std::string& f : functions_) out << f << "\n";
+  out << "  func.func public @main(";
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (i) out << ", ";
     out << "%arg" << i << ": " << to_mlir(type(parameters_[i]));

@@ -44,8 +44,13 @@ class Graph {
   // in-place update then runs without a second copy of its storage.
   void alias_result(Value parameter, int result_index);
   const std::vector<Value>& results() const { return results_; }
-  // The whole module, with one public function @main(parameters...) -> (results...).
+  // The whole module, with one public function @main(parameters...) -> (results...), after the functions
+  // added by add_functions.
   std::string emit() const;
+  // Adds module-level functions (MLIR text of func.func ops whose names are unique to their origin, e.g. a
+  // custom kernel's), printed before @main; the same text added twice is printed once. Ops call them with
+  // op_multi("func.call", operands, results, "callee = @name").
+  void add_functions(const std::string& text);
 
   // Any single-result StableHLO op: `name` without the "stablehlo." prefix, `attributes` the text inside
   // the attribute dictionary (may be empty).
@@ -128,6 +133,7 @@ class Graph {
   std::vector<Value> parameters_;
   std::vector<Value> results_;
   std::vector<std::pair<Value, int>> aliases_;  // (parameter, result index)
+  std::vector<std::string> functions_;          // add_functions texts, in order added
   // The node lists of the regions being built, innermost last: new nodes join the innermost one.
   std::vector<std::vector<size_t>> open_regions_;
 };

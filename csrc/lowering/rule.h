@@ -117,5 +117,6 @@ void add_special_rules(std::vector<Rule>& table);
 void add_foreach_rules(std::vector<Rule>& table);
 void add_optimizer_rules(std::vector<Rule>& table);
 void add_attention_rules(std::vector<Rule>& table);
+void add_kernel_rules(std::vector<Rule>& table);  // lowering/kernel.h
 
 }  // namespace torchtpu::lowering

@@ -8,6 +8,7 @@
 #include "aten/compiled_graph.h"
 #include "aten/fused.h"
 #include "aten/generator.h"
+#include "aten/kernel.h"
 #include "aten/metrics.h"
 #include "aten/op_kernel.h"
 #include "aten/registrations.h"
@@ -86,10 +87,24 @@ PYBIND11_MODULE(_C, m) {
       d["path"] = info.path;
       d["platform"] = info.platform;
       d["api_version"] = py::make_tuple(info.api_major, info.api_minor);
+      d["stablehlo_current_version"] = info.stablehlo_current;
+      d["stablehlo_minimum_version"] = info.stablehlo_minimum;
+      d["xla_version"] = info.xla_version;
       return d;
     });
   });
   m.def("_plugin_loaded", &runtime::plugin_loaded);
+  // A custom kernel's specialisation (torchtpu.kernels): types as (dtype, sizes) pairs; returns its entry id.
+  m.def("_register_kernel", [](const std::string& name, const std::string& functions, const std::string& entry,
+                               const std::vector<std::pair<at::ScalarType, std::vector<int64_t>>>& inputs,
+                               const std::vector<std::pair<at::ScalarType, std::vector<int64_t>>>& outputs) {
+    auto types = [](const std::vector<std::pair<at::ScalarType, std::vector<int64_t>>>& list) {
+      std::vector<aten::KernelType> out;
+      for (const auto& [dtype, sizes] : list) out.push_back({dtype, sizes});
+      return out;
+    };
+    return translate([&] { return aten::register_kernel(name, functions, entry, types(inputs), types(outputs)); });
+  });
   m.def("_device_count", [] { return translate([] { return runtime::device_count(); }); });
   m.def("_current_device", [] {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -119,6 +120,27 @@ std::string platform_name(const PJRT_Api* api, PJRT_Client* client) {
   return std::string(args.platform_name, args.platform_name_size);
 }
 
+// The named string and integer attributes the plugin reports (PJRT_Plugin_Attributes).
+std::map<std::string, std::string> plugin_attributes(const PJRT_Api* api) {
+  PJRT_Plugin_Attributes_Args args{};
+  args.struct_size = PJRT_Plugin_Attributes_Args_STRUCT_SIZE;
+  check(api, api->PJRT_Plugin_Attributes(&args), "PJRT_Plugin_Attributes");
+  std::map<std::string, std::string> attributes;
+  for (size_t i = 0; i < args.num_attributes; ++i) {
+    const PJRT_NamedValue& v = args.attributes[i];
+    std::string value;
+    if (v.type == PJRT_NamedValue_kString) {
+      value.assign(v.string_value, v.value_size);
+    } else if (v.type == PJRT_NamedValue_kInt64) {
+      value = std::to_string(v.int64_value);
+    } else if (v.type == PJRT_NamedValue_kInt64List) {
+      for (size_t k = 0; k < v.value_size; ++k) value += (k ? "." : "") + std::to_string(v.int64_array_value[k]);
+    }
+    attributes[std::string(v.name, v.name_size)] = value;
+  }
+  return attributes;
+}
+
 std::vector<PJRT_Device*> addressable_devices(const PJRT_Api* api, PJRT_Client* client) {
   PJRT_Client_AddressableDevices_Args args{};
   args.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
@@ -160,8 +182,15 @@ void load_locked() {
   PJRT_Client* client = create_client(api, looks_cpu ? "cpu" : "");
   auto* loaded = new Plugin{api, client, addressable_devices(api, client)};
   if (loaded->devices.empty()) throw PjrtError(5, "The PJRT plugin '" + path + "' reports no devices");
-  g_info = new PluginInfo{path, platform_name(api, client), api->pjrt_api_version.major_version,
-                          api->pjrt_api_version.minor_version};
+  g_info = new PluginInfo{};
+  g_info->path = path;
+  g_info->platform = platform_name(api, client);
+  g_info->api_major = api->pjrt_api_version.major_version;
+  g_info->api_minor = api->pjrt_api_version.minor_version;
+  std::map<std::string, std::string> attributes = plugin_attributes(api);
+  g_info->stablehlo_current = attributes["stablehlo_current_version"];
+  g_info->stablehlo_minimum = attributes["stablehlo_minimum_version"];
+  g_info->xla_version = attributes["xla_version"];
   __atomic_store_n(&g_plugin, loaded, __ATOMIC_RELEASE);
   static const bool fork_handler = pthread_atfork(nullptr, nullptr, &on_fork_child) == 0;
   (void)fork_handler;

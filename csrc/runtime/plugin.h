@@ -15,6 +15,11 @@ struct PluginInfo {
   std::string platform;  // e.g. "cpu", "tpu", "cuda"
   int api_major = 0;
   int api_minor = 0;
+  // From the plugin's attributes (empty when it does not say): the StableHLO versions its parser accepts,
+  // newest and oldest ("1.13.0"), and the XLA version it was built from.
+  std::string stablehlo_current;
+  std::string stablehlo_minimum;
+  std::string xla_version;
 };
 
 // Loads the plugin if needed. Throws PjrtError with an actionable message when no plugin can be loaded.
