@@ -37,6 +37,10 @@ def to_jax_dtype(dtype: torch.dtype):
              torch.int16: jnp.int16, torch.uint8: jnp.uint8, torch.bool: jnp.bool_}
     if dtype not in names:
         raise KernelError(f"torchtpu.kernels: dtype {dtype} has no JAX counterpart")
+    if dtype in (torch.float64, torch.int64) and not jax().config.jax_enable_x64:
+        # JAX would silently compute in 32 bits; the kernel would then not match its inputs.
+        raise KernelError(f"torchtpu.kernels: a {dtype} input needs JAX's 64-bit mode "
+                          "(jax.config.update('jax_enable_x64', True)); or convert it to 32 bits first")
     return names[dtype]
 
 

@@ -10,6 +10,7 @@ and programs are cached as usual. Under ``torch.compile`` the op's fake kernel a
 """
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import inspect
 import re
@@ -22,9 +23,14 @@ from torchtpu.kernels import _jax
 from torchtpu.kernels._types import KernelError, TensorSpec, describe
 
 
+# The platform a kernel is being built for when it is not the device's: KernelOp.tpu_program sets "tpu".
+_target_platform: contextvars.ContextVar[str | None] = contextvars.ContextVar("target_platform", default=None)
+
+
 def interpret_mode() -> bool:
-    """Whether Pallas kernels should run in interpret mode: everywhere but on a TPU (Mosaic lowers for TPUs only)."""
-    return _C._plugin_info()["platform"] != "tpu"
+    """Whether Pallas kernels should run in interpret mode: everywhere but on a TPU (Mosaic lowers for TPUs
+    only). True on the CPU plugin; False while ``KernelOp.tpu_program`` builds a kernel for a TPU."""
+    return (_target_platform.get() or _C._plugin_info()["platform"]) != "tpu"
 
 
 class _Entry:
@@ -92,13 +98,32 @@ class KernelOp:
             # Names unique to this entry yet the same in every process, so programs that contain the kernel
             # hit the persistent cache.
             digest = hashlib.sha1(repr((self.qualname, key, info["platform"])).encode()).hexdigest()[:12]
+            outputs = self._outputs(key[0], statics)  # the shape rule first: its errors are the clearest
             functions, entry_name, kept = self._build(specs, statics, info, f"k{digest}_")
-            outputs = self._outputs(key[0], statics)
             entry_id = _C._register_kernel(self.qualname, functions, entry_name,
                                            [(specs[i].dtype, list(specs[i].shape)) for i in kept],
                                            [(o.dtype, list(o.shape)) for o in outputs])
             entry = self._entries[key] = _Entry(entry_id, kept, outputs)
         return entry
+
+    def tpu_program(self, *inputs: TensorSpec, **statics) -> str:
+        """The kernel for these input types built for a TPU (Pallas lowered to Mosaic, not interpreted), as
+        a whole StableHLO module calling it, for torchtpu.aot to compile for a TPU topology without a TPU."""
+        token = _target_platform.set("tpu")
+        try:
+            functions, entry, kept = self._build(list(inputs), statics,
+                                                 {"platform": "tpu", "stablehlo_current_version": ""}, "k_")
+        finally:
+            _target_platform.reset(token)
+        outputs = self._outputs(tuple(inputs), statics)
+        params = [_mlir_type(inputs[i]) for i in kept]
+        results = [_mlir_type(o) for o in outputs]
+        return (f"module @torchtpu {{\n{functions}\n  func.func public @main("
+                + ", ".join(f"%arg{i}: {t}" for i, t in enumerate(params)) + f") -> ({', '.join(results)}) {{\n"
+                + f"    %r:{len(results)} = \"func.call\"(" + ", ".join(f"%arg{i}" for i in range(len(params)))
+                + f") {{callee = @{entry}}} : ({', '.join(params)}) -> ({', '.join(results)})\n"
+                + "    \"func.return\"(" + ", ".join(f"%r#{i}" for i in range(len(results)))
+                + f") : ({', '.join(results)}) -> ()\n  }}\n}}\n")
 
     def _run(self, *args, **kwargs):
         tensors, statics = self._split(args, kwargs)
@@ -225,6 +250,11 @@ _TENSOR = re.compile(r"tensor<([^>]*)>")
 _ELEMENT_TYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
                   "i1": torch.bool, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64,
                   "ui8": torch.uint8}
+
+
+def _mlir_type(spec: TensorSpec) -> str:
+    element = {dtype: name for name, dtype in _ELEMENT_TYPES.items()}[spec.dtype]
+    return "tensor<" + "".join(f"{d}x" for d in spec.shape) + element + ">"
 
 
 def _tensor_types(text: str, qualname: str) -> list[TensorSpec]:
