@@ -170,14 +170,16 @@ def _schema_from_signature(fn: Callable, num_outputs: int) -> str:
 
 
 def jax_op(qualname: str, fn: Callable, *, num_outputs: int = 1, schema: str | None = None,
-           backward: Callable | None = None, setup_context: Callable | None = None) -> KernelOp:
+           backward: Callable | None = None, setup_context: Callable | None = None,
+           differentiable: bool = True) -> KernelOp:
     """Wraps the JAX function ``fn`` as the PyTorch op ``qualname`` ("namespace::name") on ``tpu``.
 
     ``fn`` takes its tensors positionally and its static arguments (bool, int, float) by keyword; it may call
     ``pl.pallas_call`` (pass ``interpret=torchtpu.kernels.interpret_mode()``). The schema comes from ``fn``'s
     signature unless given. Without ``backward``, gradients come from ``jax.vjp`` of ``fn``, itself exported as
     the op ``qualname + "_vjp"``; with it, ``backward`` and ``setup_context`` are PyTorch's
-    ``register_autograd`` functions."""
+    ``register_autograd`` functions. ``differentiable=False`` makes a backward through the op an error (for
+    ops that are themselves gradients)."""
     schema = schema or _schema_from_signature(fn, num_outputs)
 
     def build(inputs, statics, info, prefix):
@@ -185,7 +187,9 @@ def jax_op(qualname: str, fn: Callable, *, num_outputs: int = 1, schema: str | N
                                      info["stablehlo_current_version"], prefix)
 
     op = KernelOp(qualname, schema, build, lambda inputs, statics: _jax.output_specs(qualname, fn, inputs, statics))
-    if backward is not None:
+    if not differentiable:
+        op.register_autograd(_no_backward(qualname))
+    elif backward is not None:
         op.register_autograd(backward, setup_context)
     else:
         _register_vjp(op, fn)
@@ -211,7 +215,7 @@ def _register_vjp(op: KernelOp, fn: Callable) -> None:
         return tuple(g if j.numpy.issubdtype(p.dtype, j.numpy.inexact) else j.numpy.zeros(p.shape, p.dtype)
                      for g, p in zip(grads, primals))
 
-    vjp_op = jax_op(op.qualname + "_vjp", vjp, schema=schema, backward=_no_double_backward(op.qualname))
+    vjp_op = jax_op(op.qualname + "_vjp", vjp, schema=schema, differentiable=False)
 
     def setup_context(ctx, inputs, output):
         tensors, ctx.statics = op._split(tuple(inputs), {})
@@ -238,10 +242,10 @@ def _register_vjp(op: KernelOp, fn: Callable) -> None:
     op.register_autograd(backward, setup_context)
 
 
-def _no_double_backward(name: str) -> Callable:
+def _no_backward(name: str) -> Callable:
     def backward(ctx, *grads):
-        raise KernelError(f"{name}: the gradient of a kernel's gradient is not supported; give jax_op a "
-                          "`backward=` written with differentiable ops")
+        raise KernelError(f"{name} has no gradient (it is itself a kernel's gradient: double backward through "
+                          "kernels is not supported)")
     return backward
 
 
