@@ -21,10 +21,12 @@ Conventions and limits:
   * Blocks are ``min(block, L)`` and must divide the sequence length; nothing
     is padded. A ValueError is raised otherwise.
   * Per (batch, head) the whole K and V (forward, dq) or Q and grad_out (dk/dv)
-    are resident in VMEM, so very long sequences need a smaller head count per
-    call or a larger VMEM limit.
-  * On TPU, block_q must be a multiple of 128 or equal Lq (lse is stored as a
-    lane-major [1, block_q] row), and block_k a multiple of 8 (16 for bf16).
+    stay resident (double-buffered) in VMEM, which bounds the sequence length
+    under the default scoped VMEM limit at D=128: about 8192 (bf16) / 4096
+    (f32) on v4 and v5e, 16384 (bf16) / 8192 (f32) on v6e.
+  * On TPU (interpret=False), block_q must be a multiple of 128 or equal Lq
+    (lse is stored as a lane-major [1, block_q] row) and block_k a multiple of
+    8 or equal Lk (sublane tiling); a ValueError is raised otherwise.
 """
 
 import functools
@@ -44,7 +46,7 @@ _NT = (((1,), (1,)), ((), ()))
 _PARALLEL_2D = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))
 
 
-def _blocks(q, k, v, *, causal, block_q, block_k):
+def _blocks(q, k, v, *, causal, block_q, block_k, interpret):
     """Validate shapes and return the (block_q, block_k) actually used."""
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4:
         raise ValueError(
@@ -63,6 +65,11 @@ def _blocks(q, k, v, *, causal, block_q, block_k):
         raise ValueError(
             f"block sizes must divide the sequence lengths: Lq={lq} block_q={bq}, "
             f"Lk={lk} block_k={bk}"
+        )
+    if not interpret and ((bq % 128 and bq != lq) or (bk % 8 and bk != lk)):
+        raise ValueError(
+            f"TPU tiling needs block_q % 128 == 0 (or == Lq) and block_k % 8 == 0 "
+            f"(or == Lk); got block_q={bq} (Lq={lq}), block_k={bk} (Lk={lk})"
         )
     return bq, bk
 
@@ -84,6 +91,21 @@ def _num_k_blocks(q_start, block_q, block_k, num_k, *, causal, offset):
         return num_k
     # Lq <= Lk makes the last key index q_start + block_q - 1 + offset < Lk.
     return lax.div(q_start + block_q - 1 + offset, block_k) + 1
+
+
+def _column_to_row(col):
+    """[n, 1] -> [1, n] for storing lse lane-major.
+
+    A plain reshape is a sublane->lane relayout that Mosaic lowers to a sublane
+    gather, which older TPUs (v4) reject. Keeping the diagonal of the
+    lane-broadcast column and reducing over sublanes works everywhere, at
+    O(n^2) elementwise cost once per query block.
+    """
+    n = col.shape[0]
+    eye = lax.broadcasted_iota(jnp.int32, (n, n), 0) == lax.broadcasted_iota(
+        jnp.int32, (n, n), 1
+    )
+    return jnp.sum(jnp.where(eye, col, 0.0), axis=0, keepdims=True)
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, causal, scale, block_k, offset):
@@ -125,7 +147,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, causal, scale, block
     o_ref[...] = (acc / l).astype(o_ref.dtype)
     # Stored lane-major ([1, block_q]) so HBM holds Lq floats per head, not a
     # lane-padded [Lq, 1] column.
-    lse_ref[...] = (m + jnp.log(l)).reshape(1, block_q)
+    lse_ref[...] = _column_to_row(m + jnp.log(l))
 
 
 def _dkdv_kernel(
@@ -201,7 +223,9 @@ def flash_attention(
 
     Returns ``(out [B,H,Lq,D] in q.dtype, lse [B,H,Lq] float32)``.
     """
-    bq, bk = _blocks(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+    bq, bk = _blocks(
+        q, k, v, causal=causal, block_q=block_q, block_k=block_k, interpret=interpret
+    )
     batch, heads, lq, dim = q.shape
     lk = k.shape[2]
     bh = batch * heads
@@ -230,7 +254,9 @@ def flash_attention_backward(
     *, causal: bool, scale: float, block_q: int, block_k: int, interpret: bool,
 ):
     """Gradients ``(dq, dk, dv)`` of :func:`flash_attention`'s ``out``, in input dtypes."""
-    bq, bk = _blocks(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+    bq, bk = _blocks(
+        q, k, v, causal=causal, block_q=block_q, block_k=block_k, interpret=interpret
+    )
     batch, heads, lq, dim = q.shape
     lk = k.shape[2]
     bh = batch * heads

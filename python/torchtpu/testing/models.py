@@ -5,14 +5,18 @@ import torch
 import torch.nn.functional as F
 
 
+def _norm(kind: str, dim: int) -> torch.nn.Module:
+    return torch.nn.RMSNorm(dim, eps=1e-6) if kind == "rms" else torch.nn.LayerNorm(dim)
+
+
 class Block(torch.nn.Module):
-    def __init__(self, dim: int, heads: int, dropout: float):
+    def __init__(self, dim: int, heads: int, dropout: float, norm: str = "layer"):
         super().__init__()
         self.heads = heads
-        self.ln1 = torch.nn.LayerNorm(dim)
+        self.ln1 = _norm(norm, dim)
         self.qkv = torch.nn.Linear(dim, 3 * dim)
         self.proj = torch.nn.Linear(dim, dim)
-        self.ln2 = torch.nn.LayerNorm(dim)
+        self.ln2 = _norm(norm, dim)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
         self.dropout = torch.nn.Dropout(dropout)
 
@@ -26,13 +30,15 @@ class Block(torch.nn.Module):
 
 
 class SmallGPT(torch.nn.Module):
+    """A GPT; ``norm="rms"`` takes RMSNorm (Llama's) instead of LayerNorm."""
+
     def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4, layers: int = 2, context: int = 16,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, norm: str = "layer"):
         super().__init__()
         self.token = torch.nn.Embedding(vocab, dim)
         self.position = torch.nn.Embedding(context, dim)
-        self.blocks = torch.nn.Sequential(*[Block(dim, heads, dropout) for _ in range(layers)])
-        self.ln = torch.nn.LayerNorm(dim)
+        self.blocks = torch.nn.Sequential(*[Block(dim, heads, dropout, norm) for _ in range(layers)])
+        self.ln = _norm(norm, dim)
         self.head = torch.nn.Linear(dim, vocab)
 
     def forward(self, idx):
