@@ -143,3 +143,23 @@ def test_kernels_compile_for_tpu_as_mosaic(topology):
     assert not rejected, rejected
     # The compiler's memory plan is there; its cost analysis sees a Mosaic kernel as opaque (no flops).
     assert all(r.peak_bytes >= r.memory["argument_bytes"] > 0 for r in results)
+
+
+def test_transformers_models_take_the_attention_kernel(metrics):
+    import transformers as hf
+
+    from torchtpu.testing.hf_models import _decoder_common, _ids
+
+    torch.manual_seed(0)
+    cpu = hf.LlamaForCausalLM(hf.LlamaConfig(**_decoder_common())).eval()
+    tpu = hf.LlamaForCausalLM._from_config(hf.LlamaConfig(**_decoder_common()), attn_implementation="tpu_pallas")
+    tpu = tpu.eval().tpu()
+    tpu.load_state_dict(cpu.state_dict())
+    ids = _ids(seq=16)
+    with torch.no_grad():
+        expected = cpu(ids).logits
+        got = tpu(ids.tpu()).logits.cpu()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert "torchtpu::_kernel" in metrics()["ops"]  # grouped-query heads repeated, then the kernel
+    tokens = tpu.generate(ids[:, :8].tpu(), max_new_tokens=6, do_sample=False).cpu()
+    assert torch.equal(tokens, cpu.generate(ids[:, :8], max_new_tokens=6, do_sample=False))

@@ -97,9 +97,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     return attention_op(q, k, v, causal=causal, scale=float(scale), block_q=block_q, block_k=block_k)[0]
 
 
-def attention_fits(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, enable_gqa=False) -> bool:
+def attention_fits(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False) -> bool:
     """Whether an SDPA call can run as the attention kernel: 4-d tpu float32/bfloat16 tensors of one dtype, as
-    many key heads as query heads, no mask or dropout, lengths the blocks divide, a square causal mask."""
+    many key heads as query heads, no mask or dropout, lengths the blocks divide, a square causal mask, more
+    than one query (not a decode step). (A
+    grouped-query call, ``enable_gqa=True``, has its key heads repeated first.)"""
     tensors = (q, k, v)
     if attn_mask is not None or dropout_p or any(t.device.type != "tpu" or t.dim() != 4 for t in tensors):
         return False
@@ -107,6 +109,8 @@ def attention_fits(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, enab
         return False
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         return False
+    if q.shape[2] == 1:
+        return False  # a decode step: the native path reads a growing cache without a program per length
     if is_causal and q.shape[2] != k.shape[2]:
         return False  # SDPA aligns a non-square causal mask top-left; the kernel aligns it bottom-right
     return all(length % min(block, length) == 0 for length, block in ((q.shape[2], BLOCK_Q), (k.shape[2], BLOCK_K)))
@@ -121,6 +125,10 @@ class _KernelMode(TorchFunctionMode):
             q, k, v, *rest = args
             options = dict(zip(("attn_mask", "dropout_p", "is_causal"), rest), **kwargs)
             scale = options.pop("scale", None)
+            if options.pop("enable_gqa", False) and k.dim() == 4 and q.shape[1] != k.shape[1] \
+                    and q.shape[1] % k.shape[1] == 0:
+                # Grouped-query attention: each key head serves q_heads / kv_heads query heads.
+                k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
             if attention_fits(q, k, v, **options):
                 return flash_attention(q, k, v, causal=bool(options.get("is_causal", False)), scale=scale)
         elif func is F.rms_norm:
@@ -138,3 +146,21 @@ def enabled():
     """Inside this block, attention and RMSNorm on tpu run as torchtpu's kernels where they fit."""
     with _KernelMode():
         yield
+
+
+def _attention_for_transformers(module, query, key, value, attention_mask, **kwargs):
+    """transformers' attention implementation "tpu_pallas": its SDPA path, with the kernel where it fits."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    with enabled():
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def register_with_transformers(modeling_utils) -> None:
+    """Makes ``attn_implementation="tpu_pallas"`` available to transformers' models (masks as for "sdpa");
+    ``modeling_utils`` is transformers' module of that name. (A name with "flash" in it would make
+    transformers look for a flash-attention package.)"""
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    modeling_utils.AttentionInterface.register("tpu_pallas", _attention_for_transformers)
+    AttentionMaskInterface.register("tpu_pallas", sdpa_mask)
