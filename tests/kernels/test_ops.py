@@ -4,6 +4,8 @@ Every driver (strict, fused, torch.compile) runs the kernel inside its program; 
 or a given backward; bad calls raise KernelError (or CPU's error) naming the op, and leave tensors usable."""
 from __future__ import annotations
 
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -14,6 +16,7 @@ import torch
 from jax.experimental import pallas as pl
 
 import torchtpu
+import torchtpu.aot as aot
 from torchtpu import kernels
 from torchtpu.kernels import KernelError, TensorSpec
 
@@ -232,3 +235,21 @@ def test_tpu_program_lowers_pallas_to_mosaic():
     text = pallas_axpy.tpu_program(TensorSpec((8, 128), torch.float32), TensorSpec((8, 128), torch.float32))
     assert text.startswith("module @torchtpu") and "tpu_custom_call" in text
     assert kernels.interpret_mode()  # building for the TPU does not change how the device runs kernels
+
+
+def test_pallas_kernel_without_backward_says_to_give_one():
+    x = torch.randn(8, 128, device="tpu", requires_grad=True)
+    out = pallas_axpy(x, torch.randn(8, 128, device="tpu"))
+    with pytest.raises(KernelError, match="a pallas_call has no automatic reverse mode\\): give jax_op a `backward=`"):
+        out.sum().backward()
+
+
+@pytest.mark.skipif(aot.find_libtpu() is None, reason="libtpu is not installed (pip install torchtpu[tpu])")
+def test_worked_example_of_the_docs_runs():
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "kernels.md").read_text()
+    example = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(example, "docs/kernels.md", "exec"), namespace)
+    x = namespace["x"].detach().cpu().requires_grad_()
+    (x * torch.sigmoid(2 * x)).sum().backward()
+    torch.testing.assert_close(namespace["x"].grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)

@@ -1,8 +1,8 @@
 """JAX's side of custom kernels: importing it without letting it take the device, exporting a function for
 given shapes, and turning the exported module into functions a torchtpu program can call.
 
-JAX is imported here only, on first use, with ``JAX_PLATFORMS=cpu`` unless the user chose otherwise: torchtpu
-owns the accelerator (two libtpu clients in one process fight over the TPU), and exporting needs no device.
+JAX runs on the CPU platform unless the user chose one (``JAX_PLATFORMS``): torchtpu owns the accelerator
+(two libtpu clients in one process fight over the TPU), and exporting needs no device.
 """
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def jax():
         import jax.export  # noqa: F401  (a submodule, not loaded by `import jax`)
     except ImportError as e:
         raise KernelError(f"torchtpu.kernels.jax_op needs JAX, which is not importable ({e}); {_INSTALL_HINT}") from e
+    if not jax_module.config.jax_platforms:
+        # JAX was imported before torchtpu.kernels, without a platform chosen: pick the CPU as above (this
+        # holds while JAX has not started a backend, which it does lazily).
+        jax_module.config.update("jax_platforms", "cpu")
     return jax_module
 
 
@@ -60,6 +64,8 @@ def output_specs(name: str, fn, inputs: list[TensorSpec], statics: dict) -> list
     structs = [j.ShapeDtypeStruct(s.shape, to_jax_dtype(s.dtype)) for s in inputs]
     try:
         out = j.eval_shape(functools.partial(fn, **statics), *structs)
+    except KernelError:
+        raise
     except Exception as e:  # JAX's shape errors are TypeError, ValueError, ...: name the op and the inputs
         raise KernelError(f"{name}: the JAX function rejects inputs {describe(inputs)}: {e}") from e
     leaves = j.tree_util.tree_leaves(out)

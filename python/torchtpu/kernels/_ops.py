@@ -210,8 +210,12 @@ def _register_vjp(op: KernelOp, fn: Callable) -> None:
     def vjp(*arrays, **statics):
         j = _jax.jax()
         primals, cotangents = arrays[:len(tensor_names)], arrays[len(tensor_names):]
-        out, pullback = j.vjp(lambda *xs: fn(*xs, **statics), *primals)
-        grads = pullback(j.tree_util.tree_unflatten(j.tree_util.tree_structure(out), list(cotangents)))
+        try:
+            out, pullback = j.vjp(lambda *xs: fn(*xs, **statics), *primals)
+            grads = pullback(j.tree_util.tree_unflatten(j.tree_util.tree_structure(out), list(cotangents)))
+        except Exception as e:
+            raise KernelError(f"{op.qualname}: jax.vjp cannot differentiate the kernel (a pallas_call has no "
+                              f"automatic reverse mode): give jax_op a `backward=`. JAX said: {e}") from e
         return tuple(g if j.numpy.issubdtype(p.dtype, j.numpy.inexact) else j.numpy.zeros(p.shape, p.dtype)
                      for g, p in zip(grads, primals))
 
