@@ -108,6 +108,17 @@ def _column_to_row(col):
     return jnp.sum(jnp.where(eye, col, 0.0), axis=0, keepdims=True)
 
 
+def _key_block_scores(q, k_ref, v_ref, j, q_start, *, causal, scale, block_k, offset):
+    """Key block j's keys and values and the query block's scaled (and causally masked) scores against them."""
+    k_start = pl.multiple_of(j * block_k, block_k)
+    k = k_ref[pl.ds(k_start, block_k), :]
+    v = v_ref[pl.ds(k_start, block_k), :]
+    s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
+    if causal:
+        s = _mask(s, q_start, k_start, offset, keys_major=False)
+    return k, v, s
+
+
 def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, causal, scale, block_k, offset):
     block_q, dim = q_ref.shape
     q_start = pl.program_id(1) * block_q
@@ -115,12 +126,8 @@ def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, causal, scale, block
 
     def body(j, carry):
         m, l, acc = carry
-        k_start = pl.multiple_of(j * block_k, block_k)
-        k = k_ref[pl.ds(k_start, block_k), :]
-        v = v_ref[pl.ds(k_start, block_k), :]
-        s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        if causal:
-            s = _mask(s, q_start, k_start, offset, keys_major=False)
+        _, v, s = _key_block_scores(q, k_ref, v_ref, j, q_start, causal=causal, scale=scale, block_k=block_k,
+                                    offset=offset)
         m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
         # Rescale what was accumulated under the old max to the new one.
         alpha = jnp.exp(m - m_new)
@@ -198,12 +205,8 @@ def _dq_kernel(
     delta = jnp.expand_dims(delta_ref[0], -1)
 
     def body(j, dq):
-        k_start = pl.multiple_of(j * block_k, block_k)
-        k = k_ref[pl.ds(k_start, block_k), :]
-        v = v_ref[pl.ds(k_start, block_k), :]
-        s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        if causal:
-            s = _mask(s, q_start, k_start, offset, keys_major=False)
+        k, v, s = _key_block_scores(q, k_ref, v_ref, j, q_start, causal=causal, scale=scale, block_k=block_k,
+                                    offset=offset)
         p = jnp.exp(s - lse)
         dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32)
         ds = p * (dp - delta)
