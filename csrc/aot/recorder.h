@@ -16,8 +16,9 @@ struct RecordedProgram {
 
 void set_recording(bool on);
 bool recording();
-// Called by every driver right after it emits a program (today: aten/op_build.cc for strict ops; the fused
-// and compiled drivers will call it for their graphs). `op` names what produced the program.
+// Called by every driver right after it emits a program (aten/op_build.cc for strict ops, aten/fused.cc for
+// fused and compiled graphs), and by torchtpu.kernels for a kernel's TPU build. `op` names what produced
+// the program.
 void record(const std::string& op, const std::string& text);
 // The distinct programs recorded so far, in order of first build.
 std::vector<RecordedProgram> recorded_programs();

@@ -205,6 +205,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_aot_set_recording", &aot::set_recording);
   m.def("_aot_clear_recorded", &aot::clear_recorded);
   m.def("_aot_recorded_count", &aot::recorded_count);
+  m.def("_aot_recording", &aot::recording);
+  // A program built outside the drivers: a custom kernel's TPU (Mosaic) build (torchtpu.kernels).
+  m.def("_aot_record", &aot::record);
   m.def("_aot_recorded", [] {
     py::list out;
     for (const aot::RecordedProgram& p : aot::recorded_programs()) out.append(py::make_tuple(p.text, p.ops, p.builds));

@@ -1,5 +1,6 @@
-"""The workloads torchtpu.aot checks for TPU readiness: the models of the test suite (MLP, CNN, GPT, LSTM)
-and a Hugging Face Llama forward and training step built from a tiny local config (nothing downloaded).
+"""The workloads torchtpu.aot checks for TPU readiness: the models of the test suite (MLP, CNN, GPT, the GPT
+through torchtpu's Pallas kernels, LSTM) and a Hugging Face Llama forward and training step built from a tiny
+local config (nothing downloaded).
 
 Each builder makes its model and data on ``device`` (seeded) and returns one step; the checker runs a few
 steps, so the programs of the first step (optimizer state creation) and of the steady state are all seen.
@@ -51,6 +52,28 @@ def make_gpt(device) -> Step:
         return F.cross_entropy(out.flatten(0, 1), target.flatten())
 
     return _train_step(model, opt, loss, data[:, :-1], data[:, 1:], clip=1.0)
+
+
+def make_gpt_kernels(device) -> Step:
+    """SmallGPT with RMSNorm whose attention and norms run as torchtpu's Pallas kernels (torchtpu.kernels):
+    the recorded programs hold the kernels interpreted, and each kernel's Mosaic build is recorded beside."""
+    from torchtpu import kernels
+
+    torch.manual_seed(0)
+    model = SmallGPT(norm="rms").to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = torch.randint(0, 64, (4, 17)).to(device)
+
+    def loss(out, target):
+        return F.cross_entropy(out.flatten(0, 1), target.flatten())
+
+    step = _train_step(model, opt, loss, data[:, :-1], data[:, 1:], clip=1.0)
+
+    def run() -> torch.Tensor:
+        with kernels.enabled():
+            return step()
+
+    return run
 
 
 def make_lstm(device) -> Step:
@@ -105,6 +128,7 @@ WORKLOADS: dict[str, Callable[[object], Step]] = {
     "mlp": make_mlp,
     "cnn": make_cnn,
     "gpt": make_gpt,
+    "gpt_kernels": make_gpt_kernels,
     "lstm": make_lstm,
     "llama_forward": make_llama_forward,
     "llama_train": make_llama_train,

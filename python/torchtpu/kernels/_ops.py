@@ -104,6 +104,9 @@ class KernelOp:
                                            [(specs[i].dtype, list(specs[i].shape)) for i in kept],
                                            [(o.dtype, list(o.shape)) for o in outputs])
             entry = self._entries[key] = _Entry(entry_id, kept, outputs)
+            if _C._aot_recording() and info["platform"] != "tpu":
+                # The programs recorded here hold the interpreted kernel; torchtpu.aot checks the TPU one too.
+                _C._aot_record(f"{self.qualname} (Mosaic)", self.tpu_program(*specs, **statics))
         return entry
 
     def tpu_program(self, *inputs: TensorSpec, **statics) -> str:
