@@ -253,3 +253,11 @@ def test_worked_example_of_the_docs_runs():
     x = namespace["x"].detach().cpu().requires_grad_()
     (x * torch.sigmoid(2 * x)).sum().backward()
     torch.testing.assert_close(namespace["x"].grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_shapes_under_compile_build_one_kernel_per_shape(metrics):
+    compiled = torch.compile(lambda a, b: scaled_tanh_add(a, b) + 1, backend="tpu", dynamic=True)
+    for n in (4, 6, 4):
+        a, b = torch.randn(n, 3), torch.randn(n, 3)
+        torch.testing.assert_close(compiled(a.tpu(), b.tpu()).cpu(), a + 2 * torch.tanh(b) + 1, rtol=1e-6, atol=1e-6)
+    assert metrics()["compiled"] == {"captures": 2, "replays": 1}

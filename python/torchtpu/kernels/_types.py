@@ -16,7 +16,9 @@ class TensorSpec(NamedTuple):
 
     @staticmethod
     def of(t: torch.Tensor) -> "TensorSpec":
-        return TensorSpec(tuple(t.shape), t.dtype)
+        # int() of a symbolic size (torch.compile with dynamic shapes) specializes the graph to it: a kernel
+        # is built per shape, as torchtpu's compiled graphs are captured per shape.
+        return TensorSpec(tuple(int(d) for d in t.shape), t.dtype)
 
 
 def describe(specs: list[TensorSpec]) -> str:
