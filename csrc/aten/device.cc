@@ -44,6 +44,14 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::Stream(c10::Stream::DEFAULT, device);
   }
   c10::Stream getDefaultStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
+  // Every stream is the device's one in-order queue: a "new" stream (FSDP2 asks for a few) is that queue too,
+  // so work on it is ordered after everything enqueued before, which is all a stream promises.
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+  c10::Stream getNewStream(c10::Device device, int /*priority*/) const override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
   c10::Stream exchangeStream(c10::Stream stream) const noexcept override {
     return c10::Stream(c10::Stream::DEFAULT, stream.device());
   }

@@ -1275,6 +1275,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", &nonzero);
   m.impl("nonzero.out", &nonzero_out);
   m.impl("one_hot", torch::CppFunction::makeFromBoxedFunction<&one_hot_kernel>());
+  // One in-order queue per device, and pending executions hold their buffers: nothing to record.
+  m.impl("record_stream", [](at::Tensor&, c10::Stream) {});
   m.impl("empty_strided", &empty_strided);
   m.impl("resize_", &resize_);
   m.impl("set_", &set_empty);

@@ -51,12 +51,13 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   runtime::BufferPtr old_buffer = old_handle.buffer;
   c10::DeviceGuard guard(storage.device());
   c10::DataPtr fresh = tpu_allocator()->allocate(nbytes);
-  if (old_buffer) {
-    // Rare path (growing a written storage): carry the bytes over through the host.
+  const size_t kept = old_buffer ? std::min(nbytes, old_buffer->nbytes()) : 0;
+  if (kept > 0) {
+    // Rare path (growing a written storage): carry the bytes over through the host. Nothing to carry when
+    // either side is empty (FSDP2 frees a parameter's storage with resize_(0) and regrows it before use).
     at::Tensor old_bytes = at::empty({static_cast<int64_t>(old_buffer->nbytes())}, at::TensorOptions().dtype(at::kByte));
     runtime::download(*old_buffer, old_bytes.mutable_data_ptr());
     at::Tensor new_bytes = at::zeros({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte));
-    const size_t kept = std::min(nbytes, old_buffer->nbytes());
     std::memcpy(new_bytes.mutable_data_ptr(), old_bytes.const_data_ptr(), kept);
     static_cast<StorageHandle*>(fresh.get_context())->buffer = upload_contiguous(new_bytes, storage.device().index());
   }

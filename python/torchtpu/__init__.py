@@ -25,6 +25,13 @@ from torchtpu.metrics import metrics, reset_metrics  # noqa: E402
 from torchtpu.checks import value_checks, value_checks_enabled  # noqa: E402
 
 compile.install()  # torch.compile(backend="tpu") and dynamo's tpu device interface
+
+import torch.distributed  # noqa: E402
+
+if torch.distributed.is_available():
+    from torchtpu import distributed  # noqa: E402
+
+    distributed.register()  # the process-group backend "tpu_dist"
 export = compile.export
 
 __all__ = ["metrics", "reset_metrics", "plugin_info", "eager_mode", "current_eager_mode", "value_checks",

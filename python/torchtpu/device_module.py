@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 from typing import Any
 
 import torch
@@ -242,3 +243,35 @@ atexit.register(_C._prepare_exit)
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("os", "Any", "torch", "annotations", "atexit", "collections")]
+
+
+# Streams and events (FSDP2 and other libraries written for CUDA use them). A tpu device runs its programs in
+# one in-order queue, so every stream is that queue: work on any stream is ordered after everything enqueued
+# before it, and waiting on a stream or an event orders nothing more.
+class Stream(torch.Stream):
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0):
+        return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, device=torch.device("tpu", current_device()), enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+
+def current_stream(device: _DeviceLike = None) -> torch.Stream:
+    return torch.accelerator.current_stream(torch.device("tpu", _index(device)))
+
+
+def default_stream(device: _DeviceLike = None) -> torch.Stream:
+    return current_stream(device)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Nothing to switch: the device has one queue."""
+
+
+@contextlib.contextmanager
+def stream(stream: torch.Stream | None):
+    """``with torch.tpu.stream(s):`` — work inside runs on the device's one queue, as all work does."""
+    yield

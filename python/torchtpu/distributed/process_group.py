@@ -1,0 +1,157 @@
+"""The ``torch.distributed`` backend ``"tpu_dist"``: one process per chip, collectives over tpu tensors.
+
+transformers maps the ``tpu`` device to this name, and ``torchrun`` + ``init_process_group("tpu_dist")`` (or
+``"cpu:gloo,tpu:tpu_dist"``) selects it. It bootstraps through the c10d store like every backend.
+
+Where the data travels: the CPU plugin offers collectives only among the virtual chips of one process (its
+``InProcessCollectives``; it has no Gloo or MPI transport and takes no key-value store), so between
+processes there is no XLA collective to run. The collectives here therefore stage through the host: each
+tpu tensor is read once, the operation runs on Gloo over the same store, and the result is written back
+into the tpu tensor (one upload). CPU tensors given to this backend go to Gloo directly. Every operation is
+complete when its ``Work`` is returned (``wait()`` returns at once), so ordering with later tpu ops is the
+program order, as on a synchronous stream.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+from torch.futures import Future
+
+BACKEND_NAME = "tpu_dist"
+
+
+def _done(result) -> dist.Work:
+    future: Future = Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+class ProcessGroupTPU(dist.ProcessGroup):
+    """``torch.distributed`` process group for tpu tensors (see the module docstring for the data path)."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # c10d keeps a group's name and description on its backends (DeviceMesh, DTensor and FSDP2 find groups
+        # by name): Gloo is registered as this group's backend, for CPU tensors, and as its default.
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+
+    def getBackendName(self) -> str:  # noqa: N802  (c10d's name)
+        return BACKEND_NAME
+
+    def _get_backend_name(self) -> str:
+        return BACKEND_NAME
+
+    # Staging: a host copy of each tpu tensor in, the host result written back once the Gloo op has run.
+
+    @staticmethod
+    def _host(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().cpu() if t.device.type == "tpu" else t
+
+    @staticmethod
+    def _write_back(targets: list[torch.Tensor], results: list[torch.Tensor]) -> None:
+        for target, result in zip(targets, results):
+            if target.device.type == "tpu":
+                with torch.no_grad():
+                    target.copy_(result)
+
+    def _run(self, work: dist.Work, targets: list[torch.Tensor], results: list[torch.Tensor]) -> dist.Work:
+        work.wait()
+        self._write_back(targets, results)
+        return _done(targets)
+
+    def _in_place(self, method, tensors: list[torch.Tensor], *args) -> dist.Work:
+        host = [self._host(t) for t in tensors]
+        return self._run(method(host, *args), tensors, host)
+
+    def allreduce(self, tensors, opts=None):
+        return self._in_place(self._gloo.allreduce, list(tensors), opts or dist.AllreduceOptions())
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self._in_place(self._gloo.allreduce_coalesced, list(tensors), opts or dist.AllreduceCoalescedOptions())
+
+    def broadcast(self, tensors, opts=None):
+        return self._in_place(self._gloo.broadcast, list(tensors), opts or dist.BroadcastOptions())
+
+    def reduce(self, tensors, opts=None):
+        return self._in_place(self._gloo.reduce, list(tensors), opts or dist.ReduceOptions())
+
+    def send(self, tensors, dst, tag):
+        return self._gloo.send([self._host(t) for t in tensors], dst, tag)
+
+    def recv(self, tensors, src, tag):
+        return self._in_place(self._gloo.recv, list(tensors), src, tag)
+
+    def barrier(self, opts=None):
+        return self._gloo.barrier(opts or dist.BarrierOptions())
+
+    def allgather(self, output_lists, inputs, opts=None):
+        host_out = [[self._host(t) for t in outs] for outs in output_lists]
+        work = self._gloo.allgather(host_out, [self._host(t) for t in inputs], opts or dist.AllgatherOptions())
+        return self._run(work, [t for outs in output_lists for t in outs], [t for outs in host_out for t in outs])
+
+    def all_gather_single(self, output, input, opts=None):
+        host_out = self._host(output)
+        work = self._gloo._allgather_base(host_out, self._host(input), opts or dist.AllgatherOptions())
+        return self._run(work, [output], [host_out])
+
+    _allgather_base = all_gather_single  # the name older callers use
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        for output, input in zip(outputs, inputs):
+            self.all_gather_single(output, input, opts)
+        return _done(list(outputs))
+
+    def gather(self, output_lists, inputs, opts=None):
+        host_out = [[self._host(t) for t in outs] for outs in output_lists]
+        work = self._gloo.gather(host_out, [self._host(t) for t in inputs], opts or dist.GatherOptions())
+        return self._run(work, [t for outs in output_lists for t in outs], [t for outs in host_out for t in outs])
+
+    def scatter(self, outputs, input_lists, opts=None):
+        host_out = [self._host(t) for t in outputs]
+        work = self._gloo.scatter(host_out, [[self._host(t) for t in ins] for ins in input_lists],
+                                  opts or dist.ScatterOptions())
+        return self._run(work, list(outputs), host_out)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        host_out = [self._host(t) for t in outputs]
+        work = self._gloo.reduce_scatter(host_out, [[self._host(t) for t in ins] for ins in input_lists],
+                                         opts or dist.ReduceScatterOptions())
+        return self._run(work, list(outputs), host_out)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        host_out = self._host(output)
+        work = self._gloo._reduce_scatter_base(host_out, self._host(input), opts or dist.ReduceScatterOptions())
+        return self._run(work, [output], [host_out])
+
+    _reduce_scatter_base = reduce_scatter_single  # the name older callers use
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        for output, input in zip(outputs, inputs):
+            self.reduce_scatter_single(output, input, opts)
+        return _done(list(outputs))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        host_out = self._host(output)
+        work = self._gloo.alltoall_base(host_out, self._host(input), output_split_sizes, input_split_sizes,
+                                        opts or dist.AllToAllOptions())
+        return self._run(work, [output], [host_out])
+
+    def alltoall(self, outputs, inputs, opts=None):
+        host_out = [self._host(t) for t in outputs]
+        work = self._gloo.alltoall(host_out, [self._host(t) for t in inputs], opts or dist.AllToAllOptions())
+        return self._run(work, list(outputs), host_out)
+
+
+def _create(store, rank: int, size: int, timeout: timedelta) -> ProcessGroupTPU:
+    return ProcessGroupTPU(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Registers ``"tpu_dist"`` with torch.distributed for the ``tpu`` device (``import torchtpu`` does this)."""
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["tpu"])
