@@ -34,6 +34,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
+        # The process takes its device now, as NCCL binds its GPU: libraries that set a device from LOCAL_RANK
+        # when none is set yet (DeviceMesh) then keep this one. Each process has its own chip(s), from index 0.
+        torch.tpu.init()
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         # c10d keeps a group's name and description on its backends (DeviceMesh, DTensor and FSDP2 find groups
         # by name): Gloo is registered as this group's backend, for CPU tensors, and as its default.

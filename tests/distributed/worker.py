@@ -1,0 +1,119 @@
+"""One rank of the tests in test_process_group.py, launched by torchrun: ``worker.py collectives|ddp|fsdp``.
+
+Each case checks its results itself (against values every rank can compute, or a single-process CPU run of
+the same model on the whole batch) and prints ``OK <case> rank <r>``."""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import torchtpu  # noqa: F401  (registers the device and the "tpu_dist" backend)
+from torchtpu.testing.models import SmallGPT
+
+
+def collectives(rank: int, size: int) -> None:
+    tpu = torch.device("tpu")
+    t = torch.full((4,), float(rank + 1), device=tpu)
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [float(sum(range(1, size + 1)))] * 4, t
+    t = torch.full((2,), float(rank), device=tpu)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert t.cpu().tolist() == [float(size - 1)] * 2, t
+    t = torch.full((2,), float(rank), device=tpu)
+    dist.broadcast(t, src=size - 1)
+    assert t.cpu().tolist() == [float(size - 1)] * 2
+    gathered = torch.empty(2 * size, device=tpu)
+    dist.all_gather_into_tensor(gathered, torch.full((2,), float(rank), device=tpu))
+    assert gathered.cpu().tolist() == [float(r) for r in range(size) for _ in range(2)], gathered
+    pieces = [torch.empty(3, device=tpu) for _ in range(size)]
+    dist.all_gather(pieces, torch.full((3,), float(rank), device=tpu))
+    assert [p.cpu()[0].item() for p in pieces] == [float(r) for r in range(size)]
+    scattered = torch.empty(2, device=tpu)
+    dist.reduce_scatter_tensor(scattered, torch.arange(2.0 * size, device=tpu))
+    assert scattered.cpu().tolist() == [size * 2.0 * rank, size * (2.0 * rank + 1)], scattered
+    exchanged = torch.empty(size, device=tpu)
+    dist.all_to_all_single(exchanged, torch.arange(float(size), device=tpu) + 10 * rank)
+    assert exchanged.cpu().tolist() == [10.0 * r + rank for r in range(size)], exchanged
+    if rank == 0:
+        dist.send(torch.tensor([42.0], device=tpu), 1)
+    elif rank == 1:
+        received = torch.zeros(1, device=tpu)
+        dist.recv(received, 0)
+        assert received.item() == 42.0
+    cpu = torch.full((2,), float(rank))  # CPU tensors go to Gloo as they are
+    dist.all_reduce(cpu)
+    assert cpu.tolist() == [float(sum(range(size)))] * 2
+    try:  # a bad call raises in Python, naming what is wrong, and the group stays usable
+        dist.all_gather_into_tensor(torch.empty(3, device=tpu), torch.ones(2, device=tpu))
+    except (RuntimeError, ValueError) as e:
+        assert "size" in str(e).lower() or "numel" in str(e).lower(), e
+    else:
+        raise AssertionError("a mis-sized all_gather_into_tensor was accepted")
+    dist.barrier()
+    assert dist.get_backend() == "tpu_dist"
+
+
+def _train(rank: int, size: int, wrap) -> None:
+    """Three SGD steps of the small GPT, each rank on its quarter of the batch, against one CPU process on the
+    whole batch (data parallel averages the gradients: the same steps)."""
+    torch.manual_seed(0)
+    reference = SmallGPT()
+    data = torch.randint(0, 64, (4 * size, 17))
+    model = SmallGPT().tpu()
+    model.load_state_dict(reference.state_dict())
+    wrapped = wrap(model)
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+
+    def loss(out, target):
+        return F.cross_entropy(out.flatten(0, 1), target.flatten())
+
+    mine = data[4 * rank:4 * (rank + 1)]
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss(wrapped(mine[:, :-1].tpu()), mine[:, 1:].tpu()).backward()
+        optimizer.step()
+        reference_optimizer.zero_grad()
+        loss(reference(data[:, :-1]), data[:, 1:]).backward()
+        reference_optimizer.step()
+    state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).cpu() for k, v in wrapped.state_dict().items()}
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    for name, value in reference.state_dict().items():
+        torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
+    return model
+
+
+def ddp(rank: int, size: int) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    _train(rank, size, DistributedDataParallel)
+
+
+def fsdp(rank: int, size: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("tpu", (size,))
+
+    def shard(model):
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
+
+    model = _train(rank, size, shard)
+    # Parameters really divided: each rank holds its 1/size of every parameter (rounded up per tensor).
+    local = sum(p.to_local().numel() for p in model.parameters())
+    total = sum(p.numel() for p in SmallGPT().parameters())
+    assert local <= total // size + len(list(model.parameters())), (local, total)
+
+
+if __name__ == "__main__":
+    case = sys.argv[1]
+    dist.init_process_group("tpu_dist")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    {"collectives": collectives, "ddp": ddp, "fsdp": fsdp}[case](rank, size)
+    print(f"OK {case} rank {rank}", flush=True)
+    dist.destroy_process_group()
