@@ -1,5 +1,6 @@
-"""The torch.distributed backend "tpu_dist" under torchrun (2 processes, one tpu device each): every collective,
-DDP and FSDP2 (fully_shard) training the small GPT to the parameters of one CPU process on the whole batch."""
+"""The torch.distributed backend "tpu_dist" under torchrun (2 processes, one tpu device each): every collective;
+DDP, FSDP2 (fully_shard) and DTensor tensor parallelism training the small GPT to the parameters of one CPU
+process; transformers' tp_plan="auto" choosing "tpu_dist" by itself and giving CPU's logits."""
 from __future__ import annotations
 
 import os
@@ -13,9 +14,9 @@ import torch.distributed as dist
 WORKER = pathlib.Path(__file__).with_name("worker.py")
 
 
-def _torchrun(case: str, processes: int = 2) -> None:
+def _torchrun(case: str, *args: str, processes: int = 2) -> None:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               str(WORKER), case]
+               str(WORKER), case, *args]
     env = dict(os.environ, TORCHTPU_NUM_DEVICES="1", OMP_NUM_THREADS="1")
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     oks = [line for line in run.stdout.splitlines() if line.startswith(f"OK {case}")]
@@ -27,6 +28,17 @@ def test_backend_is_registered_for_tpu():
     assert dist.Backend.default_device_backend_map.get("tpu") == "tpu_dist"
 
 
-@pytest.mark.parametrize("case", ["collectives", "ddp", "fsdp"])
+@pytest.mark.parametrize("case", ["collectives", "ddp", "fsdp", "tp"])
 def test_under_torchrun(case):
     _torchrun(case)
+
+
+def test_transformers_tensor_parallel_picks_tpu_dist(tmp_path):
+    import torch
+    import transformers as hf
+
+    from torchtpu.testing.hf_models import _decoder_common
+
+    torch.manual_seed(0)
+    hf.LlamaForCausalLM(hf.LlamaConfig(**_decoder_common())).save_pretrained(tmp_path)
+    _torchrun("hf_tp", str(tmp_path))

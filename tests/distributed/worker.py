@@ -1,9 +1,11 @@
-"""One rank of the tests in test_process_group.py, launched by torchrun: ``worker.py collectives|ddp|fsdp``.
+"""One rank of the tests in test_process_group.py, launched by torchrun: ``worker.py CASE [ARG]`` with CASE one of
+collectives, ddp, fsdp, tp, hf_tp (ARG: a saved tiny Llama's folder).
 
 Each case checks its results itself (against values every rank can compute, or a single-process CPU run of
 the same model on the whole batch) and prints ``OK <case> rank <r>``."""
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -110,10 +112,63 @@ def fsdp(rank: int, size: int) -> None:
     assert local <= total // size + len(list(model.parameters())), (local, total)
 
 
+def tp(rank: int, size: int) -> None:
+    """Megatron-style tensor parallelism through DTensor: every block's MLP split column-wise then row-wise,
+    the same batch on every rank, against one CPU process."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("tpu", (size,))
+    torch.manual_seed(0)
+    reference = SmallGPT()
+    model = SmallGPT().tpu()
+    model.load_state_dict(reference.state_dict())
+    plan = {}
+    for i in range(len(model.blocks)):
+        plan[f"blocks.{i}.mlp.0"] = ColwiseParallel()
+        plan[f"blocks.{i}.mlp.2"] = RowwiseParallel()
+    parallelize_module(model, mesh, plan)
+    assert model.blocks[0].mlp[0].weight.to_local().shape[0] == model.blocks[0].mlp[0].weight.shape[0] // size
+    data = torch.randint(0, 64, (4, 17))
+    # foreach=False: the parameters mix DTensors (the split MLPs) and plain tensors, which PyTorch's foreach
+    # kernels refuse on any device.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        for m, opt, batch in ((model, optimizer, data.tpu()), (reference, reference_optimizer, data)):
+            opt.zero_grad()
+            F.cross_entropy(m(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten()).backward()
+            opt.step()
+    state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).cpu() for k, v in model.state_dict().items()}
+    for name, value in reference.state_dict().items():
+        torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def hf_tp(rank: int, size: int, path: str) -> None:
+    """transformers' own tensor parallelism (tp_plan="auto"): it maps the tpu device to "tpu_dist" itself."""
+    import transformers as hf
+
+    from torchtpu.testing.hf_models import _ids
+
+    model = hf.AutoModelForCausalLM.from_pretrained(path, tp_plan="auto")
+    assert dist.get_backend() == "tpu_dist" and next(model.parameters()).device.type == "tpu"
+    reference = hf.AutoModelForCausalLM.from_pretrained(path)
+    ids = _ids(seq=16)
+    with torch.no_grad():
+        expected = reference(ids).logits
+        got = model(ids.tpu()).logits
+    got = got.full_tensor() if hasattr(got, "full_tensor") else got
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
 if __name__ == "__main__":
-    case = sys.argv[1]
-    dist.init_process_group("tpu_dist")
-    rank, size = dist.get_rank(), dist.get_world_size()
-    {"collectives": collectives, "ddp": ddp, "fsdp": fsdp}[case](rank, size)
+    case, *args = sys.argv[1:]
+    if case != "hf_tp":  # transformers initialises the process group itself
+        dist.init_process_group("tpu_dist")
+    cases = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "tp": tp, "hf_tp": hf_tp}
+    if case == "hf_tp":
+        import transformers  # noqa: F401  (initialises torch.distributed inside from_pretrained)
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cases[case](rank, size, *args)
     print(f"OK {case} rank {rank}", flush=True)
     dist.destroy_process_group()
