@@ -5,9 +5,13 @@ hpu, cuda, xpu, neuron) and otherwise the CPU; it does not ask ``torch.accelerat
 registration hook for a PrivateUse1 device. transformers does ask ``torch.accelerator``, so without this
 ``Trainer`` puts the model on ``tpu:0`` while accelerate leaves every batch on the CPU.
 
-The one change: ``PartialState.default_device`` (a property) answers the current ``tpu`` device where
+The changes: ``PartialState.default_device`` (a property) answers the current ``tpu`` device where
 accelerate's own answer is the CPU and ``torch.accelerator`` says the accelerator is ``tpu``. Everything
 explicit still wins: ``cpu=True`` / ``use_cpu`` and ``ACCELERATE_TORCH_DEVICE`` never reach that property.
+And under a launcher (``torchrun``: ``LOCAL_RANK`` set) on ``tpu``, where accelerate finds no backend for a
+device it does not know and would run the process alone, it takes the backend ``"tpu_dist"`` and runs as it
+does for CPU processes (its ``MULTI_CPU`` path: the process group from the launcher's environment, DDP
+without device ids), with the process's ``tpu`` device as its device.
 It applies to accelerate 1.x only (checked on import); a release that learns ``torch.accelerator`` already
 returns ``tpu`` and the wrapper then changes nothing.
 
@@ -51,6 +55,35 @@ def _patch(state_module) -> None:
 
     default_device._torchtpu = True
     cls.default_device = property(default_device, doc=original.__doc__)
+
+    prepare_backend = cls._prepare_backend
+    set_device = cls.set_device
+
+    def _prepare_backend(self, cpu: bool = False, sagemaker_dp=False, backend: str | None = None):
+        found, distributed_type = prepare_backend(self, cpu, sagemaker_dp, backend)
+        if distributed_type == state_module.DistributedType.NO and _launched_on_tpu(cpu):
+            from torchtpu.distributed import BACKEND_NAME
+
+            return BACKEND_NAME, state_module.DistributedType.MULTI_CPU
+        return found, distributed_type
+
+    def _set_device(self) -> None:
+        from torchtpu.distributed import BACKEND_NAME
+
+        if self.device is None and self.backend == BACKEND_NAME:
+            self.device = torch.device("tpu", torch.accelerator.current_device_index())
+        set_device(self)
+
+    cls._prepare_backend = _prepare_backend
+    cls.set_device = _set_device
+
+
+def _launched_on_tpu(cpu: bool) -> bool:
+    import os
+
+    accelerator = torch.accelerator.current_accelerator()
+    return (not cpu and int(os.environ.get("LOCAL_RANK", -1)) != -1 and accelerator is not None
+            and accelerator.type == "tpu")
 
 
 def install() -> None:

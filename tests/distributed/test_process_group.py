@@ -42,3 +42,7 @@ def test_transformers_tensor_parallel_picks_tpu_dist(tmp_path):
     torch.manual_seed(0)
     hf.LlamaForCausalLM(hf.LlamaConfig(**_decoder_common())).save_pretrained(tmp_path)
     _torchrun("hf_tp", str(tmp_path))
+
+
+def test_transformers_trainer_under_torchrun_takes_tpu_dist(tmp_path):
+    _torchrun("trainer", str(tmp_path))

@@ -1,5 +1,5 @@
 """One rank of the tests in test_process_group.py, launched by torchrun: ``worker.py CASE [ARG]`` with CASE one of
-collectives, ddp, fsdp, tp, hf_tp (ARG: a saved tiny Llama's folder).
+collectives, ddp, fsdp, tp, hf_tp (ARG: a saved tiny Llama's folder), trainer (ARG: an output folder).
 
 Each case checks its results itself (against values every rank can compute, or a single-process CPU run of
 the same model on the whole batch) and prints ``OK <case> rank <r>``."""
@@ -161,13 +161,45 @@ def hf_tp(rank: int, size: int, path: str) -> None:
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
 
 
+def trainer(rank: int, size: int, out_dir: str) -> None:
+    """transformers' Trainer under torchrun on tpu, with nothing but `import torchtpu`: accelerate takes the
+    "tpu_dist" backend and wraps the model in DDP; the ranks end with the same parameters."""
+    import transformers as hf
+
+    from torchtpu.testing.hf_models import _decoder_common
+
+    class Tokens(torch.utils.data.Dataset):
+        ids = torch.randint(0, 128, (32, 16), generator=torch.Generator().manual_seed(0))
+
+        def __len__(self):
+            return len(self.ids)
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+    torch.manual_seed(0)
+    model = hf.LlamaForCausalLM(hf.LlamaConfig(**_decoder_common()))
+    args = hf.TrainingArguments(output_dir=out_dir, per_device_train_batch_size=4, max_steps=3, logging_steps=1,
+                                report_to=[], seed=0, dataloader_pin_memory=False, disable_tqdm=True,
+                                save_strategy="no")
+    run = hf.Trainer(model=model, args=args, train_dataset=Tokens())
+    run.train()
+    assert dist.get_backend() == "tpu_dist" and run.args.world_size == size
+    assert run.accelerator.device.type == "tpu"
+    assert isinstance(run.model_wrapped, torch.nn.parallel.DistributedDataParallel)
+    losses = [e["loss"] for e in run.state.log_history if "loss" in e]
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1).tpu()
+    everyone = [torch.empty_like(checksum) for _ in range(size)]
+    dist.all_gather(everyone, checksum)
+    assert len({t.item() for t in everyone}) == 1, everyone  # DDP kept the replicas equal
+
+
 if __name__ == "__main__":
     case, *args = sys.argv[1:]
-    if case != "hf_tp":  # transformers initialises the process group itself
+    if case not in ("hf_tp", "trainer"):  # transformers and accelerate initialise the process group themselves
         dist.init_process_group("tpu_dist")
-    cases = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "tp": tp, "hf_tp": hf_tp}
-    if case == "hf_tp":
-        import transformers  # noqa: F401  (initialises torch.distributed inside from_pretrained)
+    cases = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "tp": tp, "hf_tp": hf_tp, "trainer": trainer}
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cases[case](rank, size, *args)
     print(f"OK {case} rank {rank}", flush=True)
