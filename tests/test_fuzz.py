@@ -229,10 +229,10 @@ UNARY = {
 
 
 # ---------------------------------------------------------------- binary: broadcasting, promotion, scalars
-def binary(fn, choices=ALL, tol: float = 1.0, reflect: bool = False, cpu_scalar_first: bool = True):
-    """An entry with a tensor and a second operand: a broadcasting tensor of any dtype (either side), a
-    Python number or a 0-dim CPU tensor (first only where cpu_scalar_first). `reflect` swaps the operands
-    of the call, so a Python number comes first (`2 - x`, `2 ** x`)."""
+def binary(fn, choices=ALL, tol: float = 1.0, reflect: bool = False):
+    """An entry with a tensor and a second operand: a broadcasting tensor of any dtype, a Python number or
+    a 0-dim CPU tensor (either side). `reflect` swaps the operands of the call, so a Python number comes
+    first (`2 - x`, `2 ** x`)."""
     call = (lambda a, b: fn(b, a)) if reflect else fn
     def build(draw):
         shape = draw(shapes())
@@ -246,8 +246,6 @@ def binary(fn, choices=ALL, tol: float = 1.0, reflect: bool = False, cpu_scalar_
         else:
             other = tensor(draw, draw(broadcast_shapes(shape)), draw(dtypes(choices)))
         swap = draw(st.booleans())
-        if kind == "cpu_scalar" and not cpu_scalar_first:
-            swap = reflect  # the CPU scalar ends up second in the call
         return Call(call, [other, x] if swap else [x, other], tol)
     return build
 
@@ -257,10 +255,8 @@ BINARY = {
     "sub": binary(torch.sub), "sub_alpha": binary(partial(torch.sub, alpha=-3)), "rsub": binary(torch.rsub),
     "mul": binary(torch.mul), "div": binary(torch.div),
     "div_trunc": binary(partial(torch.div, rounding_mode="trunc")),
-    # A 0-dim CPU dividend of an integer floor division raises ZeroDivisionError for any divisor (excluded, see
-    # docs/reliability.md).
-    "div_floor": binary(partial(torch.div, rounding_mode="floor"), cpu_scalar_first=False),
-    "floor_divide": binary(torch.floor_divide, cpu_scalar_first=False), "remainder": binary(torch.remainder),
+    "div_floor": binary(partial(torch.div, rounding_mode="floor")),
+    "floor_divide": binary(torch.floor_divide), "remainder": binary(torch.remainder),
     "fmod": binary(torch.fmod),
     "pow": binary(torch.pow), "atan2": binary(torch.atan2), "maximum": binary(torch.maximum),
     "minimum": binary(torch.minimum), "fmax": binary(torch.fmax), "fmin": binary(torch.fmin),
@@ -274,7 +270,7 @@ BINARY = {
     "eq": binary(torch.eq), "ne": binary(torch.ne), "lt": binary(torch.lt), "le": binary(torch.le),
     "gt": binary(torch.gt), "ge": binary(torch.ge),
     "reflected_sub": binary(operator.sub, reflect=True), "reflected_div": binary(operator.truediv, reflect=True),
-    "reflected_floordiv": binary(operator.floordiv, reflect=True, cpu_scalar_first=False),
+    "reflected_floordiv": binary(operator.floordiv, reflect=True),
     "reflected_mod": binary(operator.mod, reflect=True), "reflected_pow": binary(operator.pow, reflect=True),
     "chebyshev_t": binary(special.chebyshev_polynomial_t), "chebyshev_u": binary(special.chebyshev_polynomial_u),
     "hermite_h": binary(special.hermite_polynomial_h), "hermite_he": binary(special.hermite_polynomial_he),
@@ -955,11 +951,6 @@ def test_family(family, data):
     run(table[name](data.draw))
 
 
-# Ops the fuzzer reaches that run on the CPU fallback, with why (docs/reliability.md lists them).
-KNOWN_FALLBACKS = {
-    # A 0-dim CPU value: the meta kernel that infers the result's shape wants the value on self's device.
-    "aten::masked_fill.Tensor",
-}
 
 
 def rule_family(op: str) -> str:
@@ -985,7 +976,7 @@ def test_every_entry_runs_on_tpu_rules_and_covers_the_table():
         for op, counts in torchtpu.metrics()["ops"].items():
             if counts["executions"]:
                 reached.add(rule_family(op))
-            if counts["fallbacks"] and op not in KNOWN_FALLBACKS:
+            if counts["fallbacks"]:
                 fallbacks.setdefault(op, []).append(name)
     assert not failures, "\n".join(failures)
     assert not fallbacks, f"ops the fuzzer reaches run on the CPU fallback: {fallbacks}"

@@ -65,7 +65,13 @@ bool replaces_storage(const at::Tensor& t) {
 }
 
 at::Tensor to_meta(const at::Tensor& t) {
-  if (!t.defined() || t.device().is_cpu()) return t;
+  // A 0-dim CPU tensor (a scalar operand) becomes meta too: some meta kernels accept a CPU scalar only in
+  // certain positions (floor division's dividend) where the device kernels take it anywhere. Promotion is
+  // unchanged (a 0-dim tensor counts as one whatever its device). A wrapped Python number stays on the CPU,
+  // as PyTorch requires of one.
+  const bool cpu_scalar = t.defined() && t.device().is_cpu() && t.dim() == 0 &&
+                          !t.unsafeGetTensorImpl()->is_wrapped_number();
+  if (!t.defined() || (t.device().is_cpu() && !cpu_scalar)) return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
 }
 

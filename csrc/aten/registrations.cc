@@ -981,6 +981,8 @@ const std::vector<const char*>& lowered_ops() {
       "relu_",
       "remainder.Scalar",
       "remainder.Scalar_out",
+      "remainder.Scalar_Tensor",
+      "remainder.Scalar_Tensor_out",
       "remainder.Tensor",
       "remainder.Tensor_out",
       "remainder_.Scalar",

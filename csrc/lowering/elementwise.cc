@@ -430,6 +430,12 @@ std::vector<Value> remainder(LoweringContext& ctx, Value other) {
 }
 std::vector<Value> lower_remainder(LoweringContext& ctx) { return remainder(ctx, operand(ctx, 1)); }
 std::vector<Value> lower_remainder_scalar(LoweringContext& ctx) { return remainder(ctx, scalar_arg(ctx, 1)); }
+// remainder.Scalar_Tensor(Scalar self, Tensor other): `2 % x`.
+std::vector<Value> lower_remainder_scalar_tensor(LoweringContext& ctx) {
+  Value other = operand(ctx, 1);
+  check_integer_divisor(ctx, other);
+  return {finish(ctx, python_remainder(ctx.graph, scalar_arg(ctx, 0), other))};
+}
 
 std::vector<Value> lower_atan2(LoweringContext& ctx) { return binary_op(ctx, "atan2"); }
 
@@ -575,6 +581,7 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::nan_to_num", &lower_nan_to_num});
   table.push_back({"aten::pow.Scalar", &lower_pow_scalar});
   table.push_back({"aten::remainder.Scalar", &lower_remainder_scalar});
+  table.push_back({"aten::remainder.Scalar_Tensor", &lower_remainder_scalar_tensor});
   table.push_back({"aten::remainder.Tensor", &lower_remainder});
   table.push_back({"aten::round", &lower_round});
   table.push_back({"aten::round.decimals", &lower_round_decimals});
