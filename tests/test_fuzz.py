@@ -613,10 +613,7 @@ def scatter(reduce_kind: str):
         if reduce_kind == "value":
             number = draw(fill_values(dtype))
             return Call(lambda t, i: torch.scatter(t, dim, i, number), [x, index])
-        # No NaN in amax/amin sources: tpu's scatter keeps the other operand where CPU propagates NaN (excluded,
-        # see docs/reliability.md).
-        specials = (math.inf, -math.inf, 0.0, -0.0) if reduce_kind in ("amax", "amin") else SPECIAL_VALUES
-        src = tensor(draw, index_shape, dtype, layout="contiguous", specials=specials)
+        src = tensor(draw, index_shape, dtype, layout="contiguous")
         if reduce_kind == "src":
             return Call(lambda t, i, s: torch.scatter(t, dim, i, s), [x, index, src])
         if reduce_kind == "add":
