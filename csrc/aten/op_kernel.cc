@@ -288,6 +288,20 @@ void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex 
   }
 }
 
+// The sizes of the tensors the op writes (list elements in order), to see whether building resized any.
+std::vector<std::vector<int64_t>> sizes_of_mutated(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
+  std::vector<std::vector<int64_t>> sizes;
+  for (size_t arg : info.mutated) {
+    const c10::IValue& v = stack[first + arg];
+    if (v.isTensor()) {
+      sizes.push_back(v.toTensor().sizes().vec());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) sizes.push_back(t.sizes().vec());
+    }
+  }
+  return sizes;
+}
+
 }  // namespace
 
 c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
@@ -347,13 +361,19 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     cache::ProgramKey key = op_key(info, *stack, first);
     // Threads racing for one new program compile it once; the others wait and take it as a hit.
     auto build = [&] {
+      const std::vector<std::vector<int64_t>> mutated_sizes = sizes_of_mutated(info, *stack, first);
       std::shared_ptr<OpSignature> built = build_op(op, info, *stack, first);
       info.counters->compiles++;
       watch_recompiles(info, *stack, first);
       // A program is filed under the key of the arguments as they came (building resizes out= tensors). If
-      // the rule has just made a scalar a compile-time value, that key lacks the value: run the program
-      // once unfiled; the next call's key includes the value.
-      return std::make_pair(built, info.static_scalars.load() == static_scalars);
+      // the rule has just made a scalar a compile-time value, that key lacks the value and no later call
+      // makes it: the program goes under the key later calls make instead, which is this call's key now
+      // when building resized nothing (else the program runs once unfiled).
+      if (info.static_scalars.load() == static_scalars) return std::make_pair(built, true);
+      if (sizes_of_mutated(info, *stack, first) == mutated_sizes) {
+        program_cache().insert(op_key(info, *stack, first), built);
+      }
+      return std::make_pair(built, false);
     };
     bool built = false;
     std::shared_ptr<OpSignature> signature;

@@ -99,3 +99,16 @@ def test_static_cache_generation_compiles_with_the_tpu_backend_and_then_never_ag
     # The decode steps replayed their captured program; nothing compiled.
     assert metrics["compiled"]["replays"] > 0 and metrics["fused"]["compiles"] == 0
     torch._dynamo.reset()
+
+
+def test_default_cache_generation_compiles_nothing_the_second_time(llama_dir):
+    """A second `generate` with the default dynamic cache runs only programs the first one built (an op whose
+    rule makes a scalar a compile-time value, such as RMSNorm's pow(2), files its first program too)."""
+    model = hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="tpu")
+    ids = prompt().to("tpu")
+    first = model.generate(ids, max_new_tokens=12, do_sample=False).cpu()
+    torchtpu.reset_metrics()
+    again = model.generate(ids, max_new_tokens=12, do_sample=False).cpu()
+    assert torch.equal(first, again)
+    compiled = {op: c["compiles"] for op, c in torchtpu.metrics()["ops"].items() if c["compiles"]}
+    assert compiled == {}
