@@ -34,10 +34,9 @@ def interpret_mode() -> bool:
 
 
 class _Entry:
-    def __init__(self, entry_id: int, kept: list[int], outputs: list[TensorSpec]):
+    def __init__(self, entry_id: int, kept: list[int]):
         self.id = entry_id
         self.kept = kept  # the inputs the kernel's function takes
-        self.outputs = outputs
 
 
 class KernelOp:
@@ -49,7 +48,7 @@ class KernelOp:
             raise KernelError(f"kernel op name {qualname!r} must be 'namespace::name'")
         self.qualname = qualname
         namespace, name = qualname.split("::", 1)
-        self._build = build                  # (inputs, statics, platform, prefix) -> (functions, entry, kept)
+        self._build = build                  # (inputs, statics, plugin info, prefix) -> (functions, entry, kept)
         self._output_specs = output_specs    # (inputs, statics) -> [TensorSpec]
         self._entries: dict = {}
         self._specs: dict = {}
@@ -103,7 +102,7 @@ class KernelOp:
             entry_id = _C._register_kernel(self.qualname, functions, entry_name,
                                            [(specs[i].dtype, list(specs[i].shape)) for i in kept],
                                            [(o.dtype, list(o.shape)) for o in outputs])
-            entry = self._entries[key] = _Entry(entry_id, kept, outputs)
+            entry = self._entries[key] = _Entry(entry_id, kept)
             if _C._aot_recording() and info["platform"] != "tpu":
                 # The programs recorded here hold the interpreted kernel; torchtpu.aot checks the TPU one too.
                 _C._aot_record(f"{self.qualname} (Mosaic)", self.tpu_program(*specs, **statics))
