@@ -28,9 +28,10 @@ case "${1:-}" in
     .venv/bin/python -m pytest -q tests
     ;;
   sanitize)
-    # The C++ core and its tests (ctest) under ASan + UBSan (docs/reliability.md). Leak checking is off: the
-    # plugin and its client live for the whole process. SANITIZERS=thread builds and runs them under TSan,
-    # which cannot see the uninstrumented plugin's synchronization (csrc/testing/tsan_suppressions.txt).
+    # The C++ core and its tests (ctest), then the extension under Python tests, with ASan + UBSan
+    # (docs/reliability.md). Leak checking is off: the plugin and its client live for the whole process.
+    # SANITIZERS=thread builds and runs them under TSan, which cannot see the uninstrumented plugin's
+    # synchronization (csrc/testing/tsan_suppressions.txt).
     setup
     kind="${SANITIZERS:-address,undefined}"
     dir="build-sanitize-${kind%%,*}"
@@ -39,15 +40,22 @@ case "${1:-}" in
     PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target runtime_test graph_test view_test program_cache_test
     (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
       TSAN_OPTIONS="suppressions=$PWD/csrc/testing/tsan_suppressions.txt" ctest --output-on-failure)
+    # Then the extension itself, built with the same sanitizers, under Python tests (the runtime library
+    # preloaded, as Python is not built with it): the threading tests under TSan (any report fails the run,
+    # TSan's exit status 66); under ASan + UBSan the tests that stress storage lifetimes and error paths.
+    PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target _C
+    rm -rf "$dir/python" && mkdir -p "$dir/python" && cp -r python/torchtpu "$dir/python/"
+    cp "$dir"/_C.*.so "$dir/python/torchtpu/"
     if [ "$kind" = thread ]; then
-      # The Python threading tests through the extension built with TSan (libtsan preloaded, as Python is
-      # not built with it); any report fails the run (TSan's exit status 66).
-      PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target _C
-      rm -rf "$dir/python" && mkdir -p "$dir/python" && cp -r python/torchtpu "$dir/python/"
-      cp "$dir"/_C.*.so "$dir/python/torchtpu/"
       PYTHONPATH="$PWD/$dir/python" LD_PRELOAD="$(${CXX:-g++} -print-file-name=libtsan.so.2)" \
         TSAN_OPTIONS="suppressions=$PWD/csrc/testing/tsan_suppressions.txt" \
         .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_reliability.py -k threads
+    else
+      # alloc_dealloc_mismatch off: torch and the plugin free across library boundaries ASan cannot pair.
+      PYTHONPATH="$PWD/$dir/python" LD_PRELOAD="$(${CXX:-g++} -print-file-name=libasan.so)" \
+        ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1 \
+        .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_reliability.py tests/test_errors.py \
+        tests/test_views.py tests/test_fused.py tests/test_data_dependent.py tests/test_compile.py
     fi
     ;;
   *)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -19,8 +20,9 @@ def _torchrun(case: str, *args: str, processes: int = 2) -> None:
                str(WORKER), case, *args]
     env = dict(os.environ, TORCHTPU_NUM_DEVICES="1", OMP_NUM_THREADS="1")
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    oks = [line for line in run.stdout.splitlines() if line.startswith(f"OK {case}")]
-    assert run.returncode == 0 and len(oks) == processes, (run.stdout[-3000:], run.stderr[-6000:])
+    # Ranks print at once, so their lines may run together: count the reports, not the lines.
+    ranks = set(re.findall(rf"OK {case} rank (\d+)", run.stdout))
+    assert run.returncode == 0 and len(ranks) == processes, (run.stdout[-3000:], run.stderr[-6000:])
 
 
 def test_backend_is_registered_for_tpu():

@@ -49,58 +49,63 @@ class ProcessGroupTPU(dist.ProcessGroup):
     def _get_backend_name(self) -> str:
         return BACKEND_NAME
 
-    # Staging: a host copy of each tpu tensor in, the host result written back once the Gloo op has run.
+    # Staging: a host copy of each tpu tensor in, the host results written back once the Gloo op has run.
 
     @staticmethod
-    def _host(t: torch.Tensor) -> torch.Tensor:
-        return t.detach().cpu() if t.device.type == "tpu" else t
+    def _host(value):
+        """`value` (a tensor, or a list of tensors or of lists) with each tpu tensor replaced by a host copy."""
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu() if value.device.type == "tpu" else value
+        if isinstance(value, (list, tuple)):
+            return [ProcessGroupTPU._host(v) for v in value]
+        return value
 
     @staticmethod
-    def _write_back(targets: list[torch.Tensor], results: list[torch.Tensor]) -> None:
-        for target, result in zip(targets, results):
-            if target.device.type == "tpu":
-                with torch.no_grad():
-                    target.copy_(result)
+    def _pairs(target, host):
+        if isinstance(target, torch.Tensor):
+            yield target, host
+        else:
+            for t, h in zip(target, host):
+                yield from ProcessGroupTPU._pairs(t, h)
 
-    def _run(self, work: dist.Work, targets: list[torch.Tensor], results: list[torch.Tensor]) -> dist.Work:
-        work.wait()
-        self._write_back(targets, results)
-        return _done(targets)
-
-    def _in_place(self, method, tensors: list[torch.Tensor], *args) -> dist.Work:
-        host = [self._host(t) for t in tensors]
-        return self._run(method(host, *args), tensors, host)
+    def _call(self, gloo_method, *args, written: tuple[int, ...] = (0,)) -> dist.Work:
+        """Runs `gloo_method` on host copies of `args`, then writes the results into the tpu tensors of the
+        arguments at `written` (those the collective fills)."""
+        host = [self._host(a) for a in args]
+        gloo_method(*host).wait()
+        with torch.no_grad():
+            for i in written:
+                for target, result in self._pairs(args[i], host[i]):
+                    if target.device.type == "tpu":
+                        target.copy_(result)
+        return _done([args[i] for i in written])
 
     def allreduce(self, tensors, opts=None):
-        return self._in_place(self._gloo.allreduce, list(tensors), opts or dist.AllreduceOptions())
+        return self._call(self._gloo.allreduce, list(tensors), opts or dist.AllreduceOptions())
 
     def allreduce_coalesced(self, tensors, opts=None):
-        return self._in_place(self._gloo.allreduce_coalesced, list(tensors), opts or dist.AllreduceCoalescedOptions())
+        return self._call(self._gloo.allreduce_coalesced, list(tensors), opts or dist.AllreduceCoalescedOptions())
 
     def broadcast(self, tensors, opts=None):
-        return self._in_place(self._gloo.broadcast, list(tensors), opts or dist.BroadcastOptions())
+        return self._call(self._gloo.broadcast, list(tensors), opts or dist.BroadcastOptions())
 
     def reduce(self, tensors, opts=None):
-        return self._in_place(self._gloo.reduce, list(tensors), opts or dist.ReduceOptions())
+        return self._call(self._gloo.reduce, list(tensors), opts or dist.ReduceOptions())
 
     def send(self, tensors, dst, tag):
-        return self._gloo.send([self._host(t) for t in tensors], dst, tag)
+        return self._call(self._gloo.send, list(tensors), dst, tag, written=())
 
     def recv(self, tensors, src, tag):
-        return self._in_place(self._gloo.recv, list(tensors), src, tag)
+        return self._call(self._gloo.recv, list(tensors), src, tag)
 
     def barrier(self, opts=None):
         return self._gloo.barrier(opts or dist.BarrierOptions())
 
     def allgather(self, output_lists, inputs, opts=None):
-        host_out = [[self._host(t) for t in outs] for outs in output_lists]
-        work = self._gloo.allgather(host_out, [self._host(t) for t in inputs], opts or dist.AllgatherOptions())
-        return self._run(work, [t for outs in output_lists for t in outs], [t for outs in host_out for t in outs])
+        return self._call(self._gloo.allgather, output_lists, inputs, opts or dist.AllgatherOptions())
 
     def all_gather_single(self, output, input, opts=None):
-        host_out = self._host(output)
-        work = self._gloo._allgather_base(host_out, self._host(input), opts or dist.AllgatherOptions())
-        return self._run(work, [output], [host_out])
+        return self._call(self._gloo._allgather_base, output, input, opts or dist.AllgatherOptions())
 
     _allgather_base = all_gather_single  # the name older callers use
 
@@ -110,26 +115,16 @@ class ProcessGroupTPU(dist.ProcessGroup):
         return _done(list(outputs))
 
     def gather(self, output_lists, inputs, opts=None):
-        host_out = [[self._host(t) for t in outs] for outs in output_lists]
-        work = self._gloo.gather(host_out, [self._host(t) for t in inputs], opts or dist.GatherOptions())
-        return self._run(work, [t for outs in output_lists for t in outs], [t for outs in host_out for t in outs])
+        return self._call(self._gloo.gather, output_lists, inputs, opts or dist.GatherOptions())
 
     def scatter(self, outputs, input_lists, opts=None):
-        host_out = [self._host(t) for t in outputs]
-        work = self._gloo.scatter(host_out, [[self._host(t) for t in ins] for ins in input_lists],
-                                  opts or dist.ScatterOptions())
-        return self._run(work, list(outputs), host_out)
+        return self._call(self._gloo.scatter, outputs, input_lists, opts or dist.ScatterOptions())
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        host_out = [self._host(t) for t in outputs]
-        work = self._gloo.reduce_scatter(host_out, [[self._host(t) for t in ins] for ins in input_lists],
-                                         opts or dist.ReduceScatterOptions())
-        return self._run(work, list(outputs), host_out)
+        return self._call(self._gloo.reduce_scatter, outputs, input_lists, opts or dist.ReduceScatterOptions())
 
     def reduce_scatter_single(self, output, input, opts=None):
-        host_out = self._host(output)
-        work = self._gloo._reduce_scatter_base(host_out, self._host(input), opts or dist.ReduceScatterOptions())
-        return self._run(work, [output], [host_out])
+        return self._call(self._gloo._reduce_scatter_base, output, input, opts or dist.ReduceScatterOptions())
 
     _reduce_scatter_base = reduce_scatter_single  # the name older callers use
 
@@ -139,15 +134,11 @@ class ProcessGroupTPU(dist.ProcessGroup):
         return _done(list(outputs))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        host_out = self._host(output)
-        work = self._gloo.alltoall_base(host_out, self._host(input), output_split_sizes, input_split_sizes,
-                                        opts or dist.AllToAllOptions())
-        return self._run(work, [output], [host_out])
+        return self._call(self._gloo.alltoall_base, output, input, output_split_sizes, input_split_sizes,
+                          opts or dist.AllToAllOptions())
 
     def alltoall(self, outputs, inputs, opts=None):
-        host_out = [self._host(t) for t in outputs]
-        work = self._gloo.alltoall(host_out, [self._host(t) for t in inputs], opts or dist.AllToAllOptions())
-        return self._run(work, list(outputs), host_out)
+        return self._call(self._gloo.alltoall, outputs, inputs, opts or dist.AllToAllOptions())
 
 
 def _create(store, rank: int, size: int, timeout: timedelta) -> ProcessGroupTPU:
