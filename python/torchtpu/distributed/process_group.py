@@ -80,6 +80,13 @@ class ProcessGroupTPU(dist.ProcessGroup):
                         target.copy_(result)
         return _done([args[i] for i in written])
 
+    @staticmethod
+    def _each(single, outputs, inputs, opts) -> dist.Work:
+        """A coalesced collective as its single form on each (output, input) pair."""
+        for output, input in zip(outputs, inputs):
+            single(output, input, opts)
+        return _done(list(outputs))
+
     def allreduce(self, tensors, opts=None):
         return self._call(self._gloo.allreduce, list(tensors), opts or dist.AllreduceOptions())
 
@@ -110,9 +117,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
     _allgather_base = all_gather_single  # the name older callers use
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        for output, input in zip(outputs, inputs):
-            self.all_gather_single(output, input, opts)
-        return _done(list(outputs))
+        return self._each(self.all_gather_single, outputs, inputs, opts)
 
     def gather(self, output_lists, inputs, opts=None):
         return self._call(self._gloo.gather, output_lists, inputs, opts or dist.GatherOptions())
@@ -129,9 +134,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single  # the name older callers use
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        for output, input in zip(outputs, inputs):
-            self.reduce_scatter_single(output, input, opts)
-        return _done(list(outputs))
+        return self._each(self.reduce_scatter_single, outputs, inputs, opts)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self._call(self._gloo.alltoall_base, output, input, output_split_sizes, input_split_sizes,
