@@ -39,6 +39,20 @@ def collectives(rank: int, size: int) -> None:
     exchanged = torch.empty(size, device=tpu)
     dist.all_to_all_single(exchanged, torch.arange(float(size), device=tpu) + 10 * rank)
     assert exchanged.cpu().tolist() == [10.0 * r + rank for r in range(size)], exchanged
+    pieces_out = [torch.empty(1, device=tpu) for _ in range(size)]
+    dist.all_to_all(pieces_out, [torch.tensor([10.0 * rank + r], device=tpu) for r in range(size)])
+    assert [p.item() for p in pieces_out] == [10.0 * r + rank for r in range(size)]
+    reduced = torch.full((2,), float(rank + 1), device=tpu)
+    dist.reduce(reduced, dst=0)
+    if rank == 0:
+        assert reduced.cpu().tolist() == [float(sum(range(1, size + 1)))] * 2
+    gathered_list = [torch.empty(2, device=tpu) for _ in range(size)] if rank == 0 else None
+    dist.gather(torch.full((2,), float(rank), device=tpu), gathered_list, dst=0)
+    if rank == 0:
+        assert [g.cpu()[0].item() for g in gathered_list] == [float(r) for r in range(size)]
+    mine = torch.empty(3, device=tpu)
+    dist.scatter(mine, [torch.full((3,), float(r), device=tpu) for r in range(size)] if rank == 0 else None, src=0)
+    assert mine.cpu().tolist() == [float(rank)] * 3
     if rank == 0:
         dist.send(torch.tensor([42.0], device=tpu), 1)
     elif rank == 1:
