@@ -212,6 +212,11 @@ def test_mixed_devices_are_a_clear_error(survivor):
     assert_usable(survivor)
 
 
+def test_cpu_tensors_are_a_clear_error():
+    with pytest.raises(KernelError, match="runs on tpu only: move its tensors with .to\\('tpu'\\)"):
+        scaled_tanh_add(torch.randn(2), torch.randn(2))
+
+
 def test_bad_names_and_signatures_are_clear_errors():
     with pytest.raises(KernelError, match="must be 'namespace::name'"):
         kernels.jax_op("no_namespace", _scaled_tanh_add)

@@ -56,6 +56,7 @@ class KernelOp:
         self._library.define(name + schema)
         self._schema = torch._C.parse_schema(qualname + schema)
         self._library.impl(name, self._run, "PrivateUse1")
+        self._library.impl(name, self._on_cpu, "CPU")
         torch.library.register_fake(qualname, self._fake, lib=self._library)
         self.op = getattr(getattr(torch.ops, namespace), name).default
 
@@ -136,6 +137,9 @@ class KernelOp:
         entry = self._entry(tensors, statics)
         results = torch.ops.torchtpu._kernel([tensors[i] for i in entry.kept], entry.id)
         return results[0] if len(self._schema.returns) == 1 else tuple(results)
+
+    def _on_cpu(self, *args, **kwargs):
+        raise KernelError(f"{self.qualname} runs on tpu only: move its tensors with .to('tpu') (got CPU tensors)")
 
     def _fake(self, *args, **kwargs):
         tensors, statics = self._split(args, kwargs)
