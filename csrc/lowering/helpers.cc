@@ -114,11 +114,21 @@ std::vector<Value> inclusive_scan(Graph& g, const std::vector<Value>& operands, 
 }
 
 Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_dim, DType dtype) {
-  const int64_t rank = g.type(x).rank();
-  Value moved = g.dot_general(x, matrix, {}, {}, {dim}, {matrix_dim}, dtype);  // the new dim comes last
-  std::vector<int64_t> permutation;
-  for (int64_t d = 0; d < rank; ++d) permutation.push_back(d < dim ? d : (d == dim ? rank - 1 : d - 1));
-  return g.transpose(moved, permutation);
+  // Not a dot product: a zero weight times an infinite or NaN element would be NaN and spread it to every
+  // output of the row (a reflect-padded inf made its whole row NaN). Zero weights are skipped instead: the
+  // products are summed only where the weight is nonzero, which XLA fuses into one reduction.
+  const Type& xt = g.type(x);
+  Value w = matrix_dim == 1 ? matrix : g.transpose(matrix, {1, 0});  // [new, contracted]
+  const int64_t size = g.type(w).dims[0];
+  std::vector<int64_t> dims = xt.dims;
+  dims.insert(dims.begin() + dim, size);  // [..., new, contracted, ...]
+  std::vector<int64_t> x_dims;
+  for (int64_t d = 0; d < xt.rank(); ++d) x_dims.push_back(d < dim ? d : d + 1);
+  Value spread = g.broadcast_in_dim(g.convert(x, dtype), dims, x_dims);
+  Value weights = g.broadcast_in_dim(w, dims, {dim, dim + 1});
+  Value zero = g.constant(0.0, dtype, dims);
+  Value terms = g.select(g.compare(weights, zero, ir::Comparison::kNE), g.binary("multiply", spread, weights), zero);
+  return g.reduce(terms, g.constant(0.0, dtype), {dim + 1}, ir::Reducer::kAdd);
 }
 
 DType accumulation_dtype(DType dtype) {
