@@ -5,6 +5,7 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <exception>
@@ -20,6 +21,7 @@
 #include "aot/recorder.h"
 #include "cache/disk_cache.h"
 #include "lowering/view.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -166,8 +168,11 @@ class ProgramBuilder {
   ir::Value adopt(ir::Value parameter, ParamSource source) {
     signature_.params.push_back(source);
     parameters_.push_back(parameter);
+    parameter_shardings_.push_back(nullptr);
     return parameter;
   }
+  // The sharding of each parameter's buffer (null: on one device), in parameter order.
+  const std::vector<runtime::ShardingPtr>& parameter_shardings() const { return parameter_shardings_; }
   size_t last_parameter() const { return parameters_.size() - 1; }
   std::vector<ir::Type> parameter_types() const {
     std::vector<ir::Type> types;
@@ -182,6 +187,7 @@ class ProgramBuilder {
     const auto [dtype, numel] = storage_layout(t);
     const std::vector<int64_t> dims = storage_dims(t);
     ir::Value whole = parameter({dtype, dims}, {ParamSource::Kind::kStorage, arg, element});
+    parameter_shardings_.back() = storage_sharding(t);
     reads_.push_back({arg, element, last_parameter()});
     // The common case, a tensor that is its whole buffer as shaped, reads the parameter itself.
     if (replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims)) return whole;
@@ -211,6 +217,7 @@ class ProgramBuilder {
       }
       if (!base.valid()) {
         base = parameter({storage_dtype, storage_dims(target)}, {ParamSource::Kind::kWriteBase, arg, element});
+        parameter_shardings_.back() = storage_sharding(target);
         if (graph_.type(base).dtype == to_dtype(target.scalar_type())) donor = last_parameter();
       }
       result = lowering::write_view(graph_, flat(base), geometry(target), value, offset(target, arg, element));
@@ -250,9 +257,52 @@ class ProgramBuilder {
   OpSignature& signature_;
   ir::Graph graph_;
   std::vector<ir::Value> parameters_;
+  std::vector<runtime::ShardingPtr> parameter_shardings_;
   std::vector<Read> reads_;
   std::vector<std::pair<const c10::StorageImpl*, ir::Value>> written_storages_;  // latest value per storage
 };
+
+// SPMD (docs/distributed.md): a program that reads or writes a sharded storage is partitioned over all
+// devices. Its sharded parameters say how they arrive, every other parameter arrives replicated, a write into
+// a sharded storage keeps that storage's sharding, and the partitioner picks the other results' shardings.
+// A write into an unsharded storage then may come back sharded, so it does not take its input's buffer.
+runtime::Partitioning annotate_shardings(OpSignature& signature, ProgramBuilder& builder, const torch::jit::Stack& stack,
+                                         size_t first) {
+  std::vector<runtime::ShardingPtr> write_shardings;
+  for (const OutputBinding& write : signature.writes) {
+    const c10::IValue& v = stack[first + write.arg];
+    write_shardings.push_back(storage_sharding(write.element < 0 ? v.toTensor() : list_elements(v).at(static_cast<size_t>(write.element))));
+  }
+  const std::vector<runtime::ShardingPtr>& params = builder.parameter_shardings();
+  const auto sharded = [](const runtime::ShardingPtr& s) { return s != nullptr; };
+  if (std::none_of(params.begin(), params.end(), sharded) &&
+      std::none_of(write_shardings.begin(), write_shardings.end(), sharded)) {
+    return {};
+  }
+  const int64_t num_devices = runtime::device_count();
+  ir::Graph& g = builder.graph();
+  for (size_t p = 0; p < params.size(); ++p) {
+    g.set_parameter_sharding(p, params[p] ? params[p]->mhlo() : "{replicated}");
+  }
+  runtime::Partitioning partitioning;
+  partitioning.num_partitions = static_cast<int>(num_devices);
+  partitioning.free_result_shardings.assign(g.results().size(), true);
+  for (size_t w = 0; w < write_shardings.size(); ++w) {
+    if (!write_shardings[w]) continue;
+    const size_t result = signature.first_write + w;
+    g.set_result_sharding(result, write_shardings[w]->mhlo());
+    partitioning.free_result_shardings[result] = false;
+  }
+  if (signature.checks_values) {  // the error state stays whole on every device
+    g.set_result_sharding(g.results().size() - 1, "{replicated}");
+    partitioning.free_result_shardings.back() = false;
+  }
+  auto& donations = signature.donations;
+  donations.erase(std::remove_if(donations.begin(), donations.end(),
+                                 [&](const std::pair<size_t, size_t>& d) { return !write_shardings[d.second]; }),
+                  donations.end());
+  return partitioning;
+}
 
 Arg scalar_arg(const c10::IValue& v, bool dynamic) {
   Arg a;
@@ -504,13 +554,14 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     signature->checks_values = true;
   }
   g.set_results(program_results);
+  const runtime::Partitioning partitioning = annotate_shardings(*signature, builder, stack, first);
   builder.alias_donations(signature->first_write);
   const std::string text = g.emit();
   if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());
   aot::record(info.name, text);
   std::vector<int64_t> aliased;
   for (const auto& donation : signature->donations) aliased.push_back(static_cast<int64_t>(donation.first));
-  signature->executable = cache::load_or_compile(text, std::move(result_types), std::move(aliased));
+  signature->executable = cache::load_or_compile(text, std::move(result_types), std::move(aliased), partitioning);
   signature->executable->set_name(info.name);
   static std::atomic<uint64_t> next_id{1};
   signature->id = next_id++;

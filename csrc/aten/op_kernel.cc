@@ -207,7 +207,10 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
     storage_handle(storage).set_buffer(std::move(outputs[output]));
   });
   if (checks) {
-    storage_handle(checks->tensor).set_buffer(std::move(outputs.back()));
+    // A partitioned program leaves the error state replicated: the device's own copy carries on.
+    runtime::BufferPtr state = std::move(outputs.back());
+    if (state->sharding() != nullptr) state = state->shards().at(static_cast<size_t>(device));
+    storage_handle(checks->tensor).set_buffer(std::move(state));
     checks->unread = true;
   }
 }
@@ -393,7 +396,9 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     }
     const bool check_errors = info.check_errors_arg >= 0 && (*stack)[first + info.check_errors_arg].toBool();
-    if (eager::mode() == eager::Mode::kFused && !check_errors) {
+    // Fused traces are single-device programs: an op over sharded tensors runs on its own (partitioned).
+    const bool partitioned = signature->executable->num_partitions() > 1;
+    if (eager::mode() == eager::Mode::kFused && !check_errors && !partitioned) {
       record(info, signature, *stack, first, device);
     } else {
       run(info, *signature, *stack, first, device);

@@ -61,6 +61,7 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   } else if (const runtime::BufferPtr& buffer = handle.buffer) {
     key.add(static_cast<int64_t>(buffer->dtype()));
     key.add_list(buffer->dims().data(), buffer->dims().size());
+    if (const runtime::Sharding* sharding = buffer->sharding()) key.add(sharding->id());  // an SPMD program
   } else {
     const auto [dtype, numel] = storage_layout(t);
     key.add(static_cast<int64_t>(dtype));

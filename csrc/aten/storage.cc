@@ -62,6 +62,12 @@ std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
   return {DType::kU8, static_cast<int64_t>(nbytes)};
 }
 
+runtime::ShardingPtr storage_sharding(const at::Tensor& tensor) {
+  const StorageHandle& handle = storage_handle(tensor);
+  if (handle.pending || !handle.buffer) return nullptr;
+  return handle.buffer->sharding_ptr();
+}
+
 std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
   if (handle.pending) return handle.pending->dims;

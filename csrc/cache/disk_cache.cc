@@ -259,8 +259,9 @@ void set_warning_sink(WarningSink sink) { warning_sink() = sink; }
 
 std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehlo,
                                                      std::vector<runtime::ArrayType> output_types,
-                                                     std::vector<int64_t> aliased_inputs) {
-  if (!enabled()) return runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs));
+                                                     std::vector<int64_t> aliased_inputs,
+                                                     const runtime::Partitioning& partitioning) {
+  if (!enabled()) return runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs), partitioning);
   const fs::path path = entry_path(stablehlo);
   {
     std::vector<runtime::ArrayType> types = output_types;
@@ -271,7 +272,7 @@ std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehl
     }
   }
   counters().misses++;
-  auto executable = runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs));
+  auto executable = runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs), partitioning);
   store(path, *executable);
   return executable;
 }

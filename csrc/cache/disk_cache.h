@@ -22,9 +22,11 @@ namespace torchtpu::cache {
 
 // The executable of `stablehlo`: loaded from disk when an entry exists, else compiled by the plugin and
 // written to disk for the next process.
+// A partitioned program's text carries its shardings, so its partitioning is part of its name already.
 std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehlo,
                                                      std::vector<runtime::ArrayType> output_types,
-                                                     std::vector<int64_t> aliased_inputs);
+                                                     std::vector<int64_t> aliased_inputs,
+                                                     const runtime::Partitioning& partitioning = {});
 
 struct DiskCacheStats {
   bool enabled = false;

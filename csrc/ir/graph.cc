@@ -524,6 +524,16 @@ void Graph::add_functions(const std::string& text) {
   functions_.push_back(text);
 }
 
+void Graph::set_parameter_sharding(size_t parameter_index, std::string sharding) {
+  if (parameter_shardings_.size() <= parameter_index) parameter_shardings_.resize(parameter_index + 1);
+  parameter_shardings_[parameter_index] = std::move(sharding);
+}
+
+void Graph::set_result_sharding(size_t result_index, std::string sharding) {
+  if (result_shardings_.size() <= result_index) result_shardings_.resize(result_index + 1);
+  result_shardings_[result_index] = std::move(sharding);
+}
+
 std::string Graph::emit() const {
   std::ostringstream out;
   out << "module @torchtpu {\n";
@@ -532,14 +542,23 @@ std::string Graph::emit() const {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (i) out << ", ";
     out << "%arg" << i << ": " << to_mlir(type(parameters_[i]));
-    for (const auto& [parameter, result] : aliases_) {
-      if (parameter.id == parameters_[i].id) out << " {tf.aliasing_output = " << result << " : i32}";
+    std::vector<std::string> attributes;
+    if (i < parameter_shardings_.size() && !parameter_shardings_[i].empty()) {
+      attributes.push_back("mhlo.sharding = \"" + parameter_shardings_[i] + "\"");
     }
+    for (const auto& [parameter, result] : aliases_) {
+      if (parameter.id == parameters_[i].id) attributes.push_back("tf.aliasing_output = " + std::to_string(result) + " : i32");
+    }
+    for (size_t a = 0; a < attributes.size(); ++a) out << (a ? ", " : " {") << attributes[a];
+    if (!attributes.empty()) out << "}";
   }
   out << ") -> (";
   for (size_t i = 0; i < results_.size(); ++i) {
     if (i) out << ", ";
     out << to_mlir(type(results_[i]));
+    if (i < result_shardings_.size() && !result_shardings_[i].empty()) {
+      out << " {mhlo.sharding = \"" << result_shardings_[i] << "\"}";
+    }
   }
   out << ") {\n";
   for (size_t n = 0; n < nodes_.size(); ++n) {

@@ -44,6 +44,10 @@ class Graph {
   // in-place update then runs without a second copy of its storage.
   void alias_result(Value parameter, int result_index);
   const std::vector<Value>& results() const { return results_; }
+  // SPMD annotations (runtime/sharding.h's mhlo spelling): how a parameter arrives split over the devices,
+  // and how a result must leave (a result without one gets the partitioner's choice).
+  void set_parameter_sharding(size_t parameter_index, std::string sharding);
+  void set_result_sharding(size_t result_index, std::string sharding);
   // The whole module, with one public function @main(parameters...) -> (results...), after the functions
   // added by add_functions.
   std::string emit() const;
@@ -133,6 +137,7 @@ class Graph {
   std::vector<Value> parameters_;
   std::vector<Value> results_;
   std::vector<std::pair<Value, int>> aliases_;  // (parameter, result index)
+  std::vector<std::string> parameter_shardings_, result_shardings_;  // by index; empty: none
   std::vector<std::string> functions_;          // add_functions texts, in order added
   // The node lists of the regions being built, innermost last: new nodes join the innermost one.
   std::vector<std::vector<size_t>> open_regions_;

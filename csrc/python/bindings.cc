@@ -12,6 +12,8 @@
 #include "aten/metrics.h"
 #include "aten/op_kernel.h"
 #include "aten/registrations.h"
+#include "aten/sharding.h"
+#include "aten/storage.h"
 #include "aten/value_checks.h"
 #include "cache/disk_cache.h"
 #include "eager/driver.h"
@@ -202,6 +204,21 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_rule_names", &lowering::rule_names);
   // torchtpu.aot: capture the programs a workload builds (op names, StableHLO text).
+  // Single-controller SPMD (torchtpu.distributed.Mesh / shard).
+  m.def("_shard", [](const at::Tensor& tensor, std::vector<int64_t> tiles, int64_t replicas, std::vector<int64_t> devices) {
+    runtime::ShardingPtr sharding;
+    try {
+      sharding = std::make_shared<const runtime::Sharding>(std::move(tiles), replicas, std::move(devices));
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+    aten::shard_storage(tensor, std::move(sharding));
+  });
+  m.def("_sharding", [](const at::Tensor& tensor) -> py::object {
+    const runtime::ShardingPtr sharding = aten::storage_sharding(tensor);
+    if (!sharding) return py::none();
+    return py::make_tuple(sharding->tiles(), sharding->replicas(), sharding->devices(), sharding->mhlo());
+  });
   m.def("_aot_set_recording", &aot::set_recording);
   m.def("_aot_clear_recorded", &aot::clear_recorded);
   m.def("_aot_recorded_count", &aot::recorded_count);

@@ -1,8 +1,10 @@
 #include "runtime/buffer.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -106,7 +108,51 @@ void on_host_buffer_done(PJRT_Error* error, void* user_arg) {
   delete pending;
 }
 
+// Copies the part of tile `tile` of a sharded array that lies inside the array, between the dense array
+// (`whole`, of `dims`) and the dense piece of one device (`piece`, of `piece_dims`, padded at the ends).
+void copy_tile(char* whole, char* piece, const std::vector<int64_t>& dims, const std::vector<int64_t>& piece_dims,
+               const std::vector<int64_t>& tile, size_t element_bytes, bool into_whole) {
+  const size_t rank = dims.size();
+  std::vector<int64_t> extent(rank), whole_strides(rank, 1), piece_strides(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    extent[d] = std::min(piece_dims[d], dims[d] - tile[d] * piece_dims[d]);
+    if (extent[d] <= 0) return;  // a tile made only of padding
+  }
+  for (size_t d = rank; d-- > 1;) {
+    whole_strides[d - 1] = whole_strides[d] * dims[d];
+    piece_strides[d - 1] = piece_strides[d] * piece_dims[d];
+  }
+  const size_t row_bytes = rank == 0 ? element_bytes : static_cast<size_t>(extent[rank - 1]) * element_bytes;
+  std::vector<int64_t> index(rank, 0);  // over all dims but the last
+  while (true) {
+    int64_t w = 0, p = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      w += (tile[d] * piece_dims[d] + index[d]) * whole_strides[d];
+      p += index[d] * piece_strides[d];
+    }
+    char* a = whole + static_cast<size_t>(w) * element_bytes;
+    char* b = piece + static_cast<size_t>(p) * element_bytes;
+    if (into_whole) std::memcpy(a, b, row_bytes);
+    else std::memcpy(b, a, row_bytes);
+    size_t d = rank > 0 ? rank - 1 : 0;
+    while (d-- > 0) {
+      if (++index[d] < extent[d]) break;
+      index[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) return;
+  }
+}
+
 }  // namespace
+
+Buffer::Buffer(std::vector<std::shared_ptr<Buffer>> shards, DType dtype, std::vector<int64_t> dims,
+               ShardingPtr sharding)
+    : pjrt_buffer_(nullptr),
+      dtype_(dtype),
+      dims_(std::move(dims)),
+      device_(shards.at(0)->device()),
+      sharding_(std::move(sharding)),
+      shards_(std::move(shards)) {}
 
 Buffer::Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device,
                std::shared_ptr<const std::string> producer)
@@ -115,6 +161,10 @@ Buffer::Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int de
 }
 
 void Buffer::mark_donated() const {
+  if (sharding_) {
+    for (const BufferPtr& shard : shards_) shard->mark_donated();
+    return;
+  }
   if (donated_) return;
   donated_ = true;
   account(device_, -static_cast<int64_t>(nbytes()));
@@ -122,7 +172,7 @@ void Buffer::mark_donated() const {
 
 Buffer::~Buffer() {
   // A child forked from a process that used the device inherits its buffers but not its client: leave them.
-  if (in_bad_fork()) return;
+  if (in_bad_fork() || sharding_) return;  // a sharded buffer's shards free themselves
   if (!donated_) account(device_, -static_cast<int64_t>(nbytes()));
   const PJRT_Api* api = plugin().api;
   PJRT_Buffer_Destroy_Args args{};
@@ -174,7 +224,48 @@ BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims
   return buffer;
 }
 
+BufferPtr upload_sharded(const void* data, DType dtype, const std::vector<int64_t>& dims, ShardingPtr sharding) {
+  const std::vector<int64_t> piece_dims = sharding->shard_dims(dims);
+  int64_t piece_numel = 1;
+  for (int64_t d : piece_dims) piece_numel *= d;
+  const size_t element_bytes = element_size(dtype);
+  std::vector<BufferPtr> shards;
+  for (int64_t device = 0; device < sharding->num_devices(); ++device) {
+    auto piece = std::make_shared<std::vector<char>>(static_cast<size_t>(piece_numel) * element_bytes, 0);
+    copy_tile(static_cast<char*>(const_cast<void*>(data)), piece->data(), dims, piece_dims, sharding->tile_of(device),
+              element_bytes, /*into_whole=*/false);
+    shards.push_back(upload(piece->data(), dtype, piece_dims, static_cast<int>(device), [piece]() mutable { piece.reset(); }));
+  }
+  return std::make_shared<Buffer>(std::move(shards), dtype, dims, std::move(sharding));
+}
+
+BufferPtr copy_to_device(const Buffer& buffer, int device) {
+  exit_gate();
+  const Plugin& p = plugin();
+  check_memory_limit(device, static_cast<int64_t>(buffer.nbytes()));
+  PJRT_Buffer_CopyToDevice_Args args{};
+  args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE;
+  args.buffer = static_cast<PJRT_Buffer*>(buffer.pjrt());
+  args.dst_device = p.devices.at(static_cast<size_t>(device));
+  check_allocation(p.api, p.api->PJRT_Buffer_CopyToDevice(&args), "PJRT_Buffer_CopyToDevice", device,
+                   static_cast<int64_t>(buffer.nbytes()));
+  return std::make_shared<Buffer>(args.dst_buffer, buffer.dtype(), buffer.dims(), device, nullptr);
+}
+
 void download(const Buffer& buffer, void* dst) {
+  if (const Sharding* sharding = buffer.sharding()) {
+    // Each tile once, from the first device that holds it.
+    const std::vector<int64_t> piece_dims = sharding->shard_dims(buffer.dims());
+    for (int64_t position = 0; position < sharding->num_devices(); position += sharding->replicas()) {
+      const int64_t device = sharding->devices()[static_cast<size_t>(position)];
+      const Buffer& shard = *buffer.shards().at(static_cast<size_t>(device));
+      std::vector<char> piece(shard.nbytes());
+      download(shard, piece.data());
+      copy_tile(static_cast<char*>(dst), piece.data(), buffer.dims(), piece_dims, sharding->tile_of(device),
+                element_size(buffer.dtype()), /*into_whole=*/true);
+    }
+    return;
+  }
   const OpScope scope;  // a thread returning from a wait must not meet an exiting interpreter
   exit_gate();
   const Plugin& p = plugin();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "runtime/sharding.h"
 
 namespace torchtpu::runtime {
 
@@ -18,18 +19,27 @@ class Buffer {
  public:
   Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device,
          std::shared_ptr<const std::string> producer = nullptr);
+  // A sharded buffer: one logical array of `dims` split over the devices as `sharding` says. It owns one
+  // buffer per device (`shards[d]` on device d, of the sharding's shard dims), which account its memory.
+  Buffer(std::vector<std::shared_ptr<Buffer>> shards, DType dtype, std::vector<int64_t> dims, ShardingPtr sharding);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
   DType dtype() const { return dtype_; }
+  // The logical array's dims (a sharded buffer's whole array).
   const std::vector<int64_t>& dims() const { return dims_; }
+  // The device of an unsharded buffer; a sharded one answers its first shard's.
   int device() const { return device_; }
+  // Null for a buffer on one device.
+  const Sharding* sharding() const { return sharding_.get(); }
+  const ShardingPtr& sharding_ptr() const { return sharding_; }
+  const std::vector<std::shared_ptr<Buffer>>& shards() const { return shards_; }
   int64_t numel() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype_); }
   // The program whose output this is; null for an upload.
   const std::string* producer() const { return producer_.get(); }
-  // The PJRT_Buffer*, for runtime/ only.
+  // The PJRT_Buffer* (of an unsharded buffer), for runtime/ only.
   void* pjrt() const { return pjrt_buffer_; }
   // Called when an execution took this buffer's memory for an output: its bytes stop counting as live
   // now, and the handle must not be read again.
@@ -42,6 +52,8 @@ class Buffer {
   std::vector<int64_t> dims_;
   int device_;
   std::shared_ptr<const std::string> producer_;
+  ShardingPtr sharding_;
+  std::vector<std::shared_ptr<Buffer>> shards_;
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
@@ -50,7 +62,14 @@ using BufferPtr = std::shared_ptr<Buffer>;
 BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device,
                  std::function<void()> release_host);
 
-// Copies the whole buffer into `dst` (buffer.nbytes() bytes) and waits. Errors from the computation that
+// Uploads the tiles of dense row-major host data (`dims` of `dtype`) to the devices `sharding` names: one
+// transfer per device of its (zero-padded) piece.
+BufferPtr upload_sharded(const void* data, DType dtype, const std::vector<int64_t>& dims, ShardingPtr sharding);
+
+// A copy of an unsharded buffer on `device` (asynchronous, ordered after the buffer's producer).
+BufferPtr copy_to_device(const Buffer& buffer, int device);
+
+// Copies the whole buffer into `dst` (buffer.nbytes() bytes; a sharded buffer's tiles are assembled) and waits. Errors from the computation that
 // produced the buffer surface here, naming its producer.
 void download(const Buffer& buffer, void* dst);
 

@@ -31,17 +31,25 @@ constexpr int kBuildDeviceOrdinal = 1;
 constexpr int kBuildNumReplicas = 4;
 constexpr int kBuildNumPartitions = 5;
 constexpr int kBuildUseSpmdPartitioning = 6;
+constexpr int kBuildAllowShardingPropagationToOutput = 12;
 constexpr int kOptionsExecutableBuildOptions = 3;
 constexpr int kOptionsCompilePortableExecutable = 4;
 
 }  // namespace
 
-std::string compile_options_proto(bool portable, int num_replicas, int num_partitions) {
+std::string compile_options_proto(bool portable, int num_replicas, int num_partitions,
+                                  const std::vector<bool>& free_result_shardings) {
   std::string build;
   put_varint_field(build, kBuildDeviceOrdinal, -1);  // -1: not bound to a device ordinal
   put_varint_field(build, kBuildNumReplicas, num_replicas);
   put_varint_field(build, kBuildNumPartitions, num_partitions);
-  if (num_partitions > 1) put_varint_field(build, kBuildUseSpmdPartitioning, 1);
+  if (num_partitions > 1) {
+    put_varint_field(build, kBuildUseSpmdPartitioning, 1);
+    std::string packed;  // one bool per result; a single entry applies to all of them
+    if (free_result_shardings.empty()) packed.push_back(1);
+    for (bool free : free_result_shardings) packed.push_back(free ? 1 : 0);
+    put_bytes_field(build, kBuildAllowShardingPropagationToOutput, packed);
+  }
   std::string options;
   put_bytes_field(options, kOptionsExecutableBuildOptions, build);
   if (portable) put_varint_field(options, kOptionsCompilePortableExecutable, 1);

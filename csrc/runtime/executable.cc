@@ -9,11 +9,55 @@
 
 namespace torchtpu::runtime {
 
+template <class Body>
+void Executable::with_executable(const char* what, const Body& body) const {
+  const PJRT_Api* api = plugin().api;
+  PJRT_LoadedExecutable_GetExecutable_Args get{};
+  get.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  get.loaded_executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
+  check(api, api->PJRT_LoadedExecutable_GetExecutable(&get), "PJRT_LoadedExecutable_GetExecutable");
+  PJRT_Error* error = body(api, get.executable);
+  PJRT_Executable_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+  destroy.executable = get.executable;
+  destroy_error(api, api->PJRT_Executable_Destroy(&destroy));
+  check(api, error, what);
+}
+
 Executable::Executable(void* loaded_executable, std::vector<ArrayType> output_types, std::vector<int64_t> aliased_inputs)
     : loaded_executable_(loaded_executable),
       output_types_(std::move(output_types)),
       aliased_inputs_(std::move(aliased_inputs)),
-      name_(std::make_shared<const std::string>("a program")) {}
+      name_(std::make_shared<const std::string>("a program")) {
+  // A partitioned program's result shardings are the partitioner's choice: read them from the optimized
+  // module (the C API has no call for them).
+  with_executable("PJRT_Executable_OptimizedProgram", [&](const PJRT_Api* api, PJRT_Executable* executable) {
+    PJRT_Executable_NumPartitions_Args partitions{};
+    partitions.struct_size = PJRT_Executable_NumPartitions_Args_STRUCT_SIZE;
+    partitions.executable = executable;
+    if (PJRT_Error* error = api->PJRT_Executable_NumPartitions(&partitions)) return error;
+    num_partitions_ = static_cast<int>(partitions.num_partitions);
+    if (num_partitions_ <= 1) return static_cast<PJRT_Error*>(nullptr);
+    PJRT_Program program{};
+    program.struct_size = PJRT_Program_STRUCT_SIZE;
+    program.format = "hlo";
+    program.format_size = 3;
+    PJRT_Executable_OptimizedProgram_Args args{};
+    args.struct_size = PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE;
+    args.executable = executable;
+    args.program = &program;
+    if (PJRT_Error* error = api->PJRT_Executable_OptimizedProgram(&args)) return error;  // the size
+    std::string module(program.code_size, '\0');
+
+    program.code = module.data();
+    if (PJRT_Error* error = api->PJRT_Executable_OptimizedProgram(&args)) return error;
+    std::vector<int64_t> ranks;
+    for (const ArrayType& type : output_types_) ranks.push_back(static_cast<int64_t>(type.dims.size()));
+    const bool with_config = std::string_view(program.format, program.format_size) == "hlo_with_config";
+    output_shardings_ = output_shardings_from_hlo_module(module, with_config, ranks, num_partitions_);
+    return static_cast<PJRT_Error*>(nullptr);
+  });
+}
 
 Executable::~Executable() {
   if (in_bad_fork()) return;  // the parent's executable; this process has no client to free it with
@@ -26,11 +70,15 @@ Executable::~Executable() {
 
 std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& arguments,
                                            const std::vector<int64_t>& kept) const {
+  if (num_partitions_ > 1) return execute_partitioned(arguments, kept);
   exit_gate();
   const Plugin& p = plugin();
   std::vector<PJRT_Buffer*> inputs;
   inputs.reserve(arguments.size());
   for (const Buffer* argument : arguments) {
+    if (argument->sharding() != nullptr) {
+      throw PjrtError(3, "a sharded tensor reached a program compiled for one device");
+    }
     if (argument->device() != device) {
       throw PjrtError(3, "argument buffer lives on device " + std::to_string(argument->device()) +
                              " but the execution targets device " + std::to_string(device));
@@ -85,11 +133,100 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   return results;
 }
 
+std::vector<BufferPtr> Executable::execute_partitioned(const std::vector<const Buffer*>& arguments,
+                                                       const std::vector<int64_t>& kept) const {
+  exit_gate();
+  const Plugin& p = plugin();
+  const auto n = static_cast<size_t>(num_partitions_);
+  if (p.devices.size() < n) {
+    throw PjrtError(3, "the program is partitioned over " + std::to_string(n) + " devices but the client has " +
+                           std::to_string(p.devices.size()));
+  }
+  std::vector<BufferPtr> copies;  // unsharded arguments' copies on the other devices, alive through the call
+  std::vector<std::vector<PJRT_Buffer*>> inputs(n);
+  for (const Buffer* argument : arguments) {
+    if (const Sharding* sharding = argument->sharding()) {
+      if (static_cast<size_t>(sharding->num_devices()) != n) {
+        throw PjrtError(3, "a tensor sharded over " + std::to_string(sharding->num_devices()) +
+                               " devices reached a program partitioned over " + std::to_string(n));
+      }
+      for (size_t d = 0; d < n; ++d) inputs[d].push_back(static_cast<PJRT_Buffer*>(argument->shards()[d]->pjrt()));
+      continue;
+    }
+    for (size_t d = 0; d < n; ++d) {
+      if (static_cast<int>(d) == argument->device()) {
+        inputs[d].push_back(static_cast<PJRT_Buffer*>(argument->pjrt()));
+      } else {
+        copies.push_back(copy_to_device(*argument, static_cast<int>(d)));
+        inputs[d].push_back(static_cast<PJRT_Buffer*>(copies.back()->pjrt()));
+      }
+    }
+  }
+  // A replicated argument's copies are not the caller's to donate.
+  std::vector<int64_t> not_donated = kept;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (arguments[i]->sharding() == nullptr) not_donated.push_back(static_cast<int64_t>(i));
+  }
+  std::vector<std::vector<PJRT_Buffer*>> outputs(n, std::vector<PJRT_Buffer*>(output_types_.size(), nullptr));
+  std::vector<PJRT_Buffer* const*> argument_lists;
+  std::vector<PJRT_Buffer**> output_lists;
+  for (size_t d = 0; d < n; ++d) {
+    argument_lists.push_back(inputs[d].data());
+    output_lists.push_back(outputs[d].data());
+  }
+  std::vector<PJRT_Event*> done(n, nullptr);
+  PJRT_ExecuteOptions options{};
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  options.non_donatable_input_indices = not_donated.data();
+  options.num_non_donatable_input_indices = not_donated.size();
+  PJRT_LoadedExecutable_Execute_Args args{};
+  args.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+  args.executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
+  args.options = &options;
+  args.argument_lists = argument_lists.data();
+  args.num_devices = n;
+  args.num_args = arguments.size();
+  args.output_lists = output_lists.data();
+  args.device_complete_events = done.data();
+  // What the outputs add to each device's live bytes: its pieces.
+  std::vector<std::vector<int64_t>> piece_dims;
+  int64_t requested = 0;
+  for (size_t i = 0; i < output_types_.size(); ++i) {
+    piece_dims.push_back(output_shardings_[i]->shard_dims(output_types_[i].dims));
+    int64_t bytes = static_cast<int64_t>(element_size(output_types_[i].dtype));
+    for (int64_t d : piece_dims.back()) bytes *= d;
+    requested += bytes;
+  }
+  for (size_t d = 0; d < n; ++d) check_memory_limit(static_cast<int>(d), requested);
+  check_allocation(p.api, p.api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute", 0, requested);
+  for (int64_t aliased : aliased_inputs_) {
+    if (std::find(not_donated.begin(), not_donated.end(), aliased) == not_donated.end()) {
+      arguments[static_cast<size_t>(aliased)]->mark_donated();
+    }
+  }
+  std::vector<BufferPtr> results;
+  for (size_t i = 0; i < output_types_.size(); ++i) {
+    std::vector<BufferPtr> pieces;
+    for (size_t d = 0; d < n; ++d) {
+      pieces.push_back(std::make_shared<Buffer>(outputs[d][i], output_types_[i].dtype, piece_dims[i],
+                                                static_cast<int>(d), name_));
+    }
+    results.push_back(std::make_shared<Buffer>(std::move(pieces), output_types_[i].dtype, output_types_[i].dims,
+                                               output_shardings_[i]));
+  }
+  for (size_t d = 0; d < n; ++d) track_execution(static_cast<int>(d), done[d], name_);
+  exit_gate();
+  return results;
+}
+
 std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<ArrayType> output_types,
-                                    std::vector<int64_t> aliased_inputs) {
+                                    std::vector<int64_t> aliased_inputs, const Partitioning& partitioning) {
   const Plugin& p = plugin();
   PJRT_Program program = mlir_program(stablehlo);
-  const std::string& options = compile_options();
+  const std::string options =
+      partitioning.num_partitions > 1
+          ? compile_options_proto(/*portable=*/false, 1, partitioning.num_partitions, partitioning.free_result_shardings)
+          : compile_options();
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = p.client;
@@ -106,25 +243,18 @@ const std::string& compile_options() {
 }
 
 std::string Executable::serialize() const {
-  const PJRT_Api* api = plugin().api;
-  PJRT_LoadedExecutable_GetExecutable_Args get{};
-  get.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
-  get.loaded_executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
-  check(api, api->PJRT_LoadedExecutable_GetExecutable(&get), "PJRT_LoadedExecutable_GetExecutable");
-  PJRT_Executable_Serialize_Args args{};
-  args.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE;
-  args.executable = get.executable;
-  PJRT_Error* error = api->PJRT_Executable_Serialize(&args);
   std::string bytes;
-  if (error == nullptr) {
-    bytes.assign(args.serialized_bytes, args.serialized_bytes_size);
-    args.serialized_executable_deleter(args.serialized_executable);
-  }
-  PJRT_Executable_Destroy_Args destroy{};
-  destroy.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
-  destroy.executable = get.executable;
-  destroy_error(api, api->PJRT_Executable_Destroy(&destroy));
-  check(api, error, "PJRT_Executable_Serialize");
+  with_executable("PJRT_Executable_Serialize", [&](const PJRT_Api* api, PJRT_Executable* executable) {
+    PJRT_Executable_Serialize_Args args{};
+    args.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE;
+    args.executable = executable;
+    PJRT_Error* error = api->PJRT_Executable_Serialize(&args);
+    if (error == nullptr) {
+      bytes.assign(args.serialized_bytes, args.serialized_bytes_size);
+      args.serialized_executable_deleter(args.serialized_executable);
+    }
+    return error;
+  });
   return bytes;
 }
 

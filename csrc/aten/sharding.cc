@@ -1,0 +1,34 @@
+#include "aten/sharding.h"
+
+#include <c10/util/Exception.h>
+
+#include "aten/device_error.h"
+#include "aten/storage.h"
+#include "runtime/buffer.h"
+#include "runtime/error.h"
+#include "runtime/plugin.h"
+
+namespace torchtpu::aten {
+
+void shard_storage(const at::Tensor& tensor, runtime::ShardingPtr sharding) {
+  TORCH_CHECK(tensor.device().type() == c10::DeviceType::PrivateUse1, "shard: expected a tpu tensor, got one on ",
+              tensor.device());
+  TORCH_CHECK(tensor.is_contiguous() && tensor.storage_offset() == 0 &&
+                  static_cast<size_t>(tensor.numel()) * tensor.element_size() == tensor.storage().nbytes(),
+              "shard: the tensor must cover its whole storage in row-major order (a view cannot be sharded "
+              "apart from its base); shard its base or a .contiguous() copy");
+  TORCH_CHECK(static_cast<int64_t>(sharding->tiles().size()) == tensor.dim(), "shard: a sharding of ",
+              sharding->tiles().size(), " dims for a tensor of ", tensor.dim());
+  TORCH_CHECK(sharding->num_devices() == runtime::device_count(), "shard: the mesh has ", sharding->num_devices(),
+              " devices but the process has ", runtime::device_count(),
+              "; a mesh spans every tpu device (TORCHTPU_NUM_DEVICES sets how many the CPU plugin presents)");
+  const at::Tensor host = download(tensor).contiguous();
+  try {
+    storage_handle(tensor).set_buffer(runtime::upload_sharded(host.const_data_ptr(), to_dtype(tensor.scalar_type()),
+                                                              tensor.sizes().vec(), std::move(sharding)));
+  } catch (const runtime::PjrtError& e) {
+    throw_device_error("shard", e);
+  }
+}
+
+}  // namespace torchtpu::aten
