@@ -1,8 +1,11 @@
 #include "aten/fused.h"
 
+#include "runtime/plugin.h"
+
 #include <c10/util/Exception.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -11,10 +14,12 @@
 #include <unordered_set>
 
 #include "aot/recorder.h"
+#include "aten/value_checks.h"
 #include "cache/disk_cache.h"
 #include "cache/program_cache.h"
 #include "eager/driver.h"
 #include "runtime/error.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -25,6 +30,7 @@ struct Binding {
   int op;
   int output;
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  runtime::ShardingPtr sharding;  // the storage's sharding before the trace (PendingValue::sharding)
 };
 
 struct TraceOp {
@@ -115,8 +121,41 @@ std::string type_list(const std::vector<std::string>& types) {
 std::string array_type(const runtime::ArrayType& t) { return ir::to_mlir(ir::Type{t.dtype, t.dims}); }
 
 // One module: every distinct op program as a function, and @main calling them in recorded order.
+// SPMD (docs/distributed.md): a trace that reads or writes a sharded storage is partitioned over all
+// devices, annotated as a strict-mode op program is (aten/op_build.cc annotate_shardings): sharded externals
+// arrive as they are, the rest replicated; a result for a storage that was sharded keeps its sharding (and
+// only such a result takes over its storage's buffer); the partitioner picks the others'.
+// The value-check state stays whole on every device. `result_shardings` gets each result's annotation
+// (empty: the partitioner's choice).
+runtime::Partitioning partition_trace(const Trace& trace, const std::vector<const Binding*>& live,
+                                      const std::vector<c10::intrusive_ptr<c10::StorageImpl>>& storages,
+                                      std::vector<std::pair<int, int>>& donations, std::vector<std::string>& result_shardings) {
+  const bool sharded_external = std::any_of(trace.externals.begin(), trace.externals.end(),
+                                            [](const runtime::BufferPtr& b) { return b->sharding() != nullptr; });
+  const bool sharded_result = std::any_of(live.begin(), live.end(), [](const Binding* b) { return b->sharding != nullptr; });
+  if (!sharded_external && !sharded_result) return {};
+  runtime::Partitioning partitioning;
+  partitioning.num_partitions = runtime::device_count();
+  const c10::StorageImpl* check_storage = check_state(trace.device).tensor.storage().unsafeGetStorageImpl();
+  for (size_t i = 0; i < live.size(); ++i) {
+    result_shardings.push_back(live[i]->sharding ? live[i]->sharding->mhlo()
+                               : storages[i].get() == check_storage ? "{replicated}" : "");
+    partitioning.free_result_shardings.push_back(result_shardings.back().empty());
+  }
+  donations.erase(std::remove_if(donations.begin(), donations.end(),
+                                 [&](const std::pair<int, int>& d) {
+                                   const runtime::Sharding* from = trace.externals[static_cast<size_t>(d.first)]->sharding();
+                                   const runtime::ShardingPtr& to = live[static_cast<size_t>(d.second)]->sharding;
+                                   return from == nullptr || to == nullptr || !(*from == *to);
+                                 }),
+                  donations.end());
+  return partitioning;
+}
+
 std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
-                    const std::vector<std::pair<int, int>>& donations, std::vector<runtime::ArrayType>& result_types) {
+                    const std::vector<std::pair<int, int>>& donations, std::vector<runtime::ArrayType>& result_types,
+                    const std::vector<std::string>& result_shardings) {
+  const bool partitioned = !result_shardings.empty();
   std::ostringstream module;
   module << "module @torchtpu_fused {\n";
   std::unordered_map<uint64_t, std::string> function_of;  // op program id -> function name
@@ -145,11 +184,22 @@ std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
   module << "  func.func public @main(";
   for (size_t e = 0; e < external_types.size(); ++e) {
     module << (e ? ", " : "") << "%e" << e << ": " << external_types[e];
-    for (const auto& [external, result] : donations) {
-      if (external == static_cast<int>(e)) module << " {tf.aliasing_output = " << result << " : i32}";
+    std::vector<std::string> attributes;
+    if (partitioned) {
+      const runtime::Sharding* sharding = trace.externals[e]->sharding();
+      attributes.push_back("mhlo.sharding = \"" + (sharding ? sharding->mhlo() : std::string("{replicated}")) + "\"");
     }
+    for (const auto& [external, result] : donations) {
+      if (external == static_cast<int>(e)) attributes.push_back("tf.aliasing_output = " + std::to_string(result) + " : i32");
+    }
+    for (size_t a = 0; a < attributes.size(); ++a) module << (a ? ", " : " {") << attributes[a];
+    if (!attributes.empty()) module << "}";
   }
-  module << ") -> " << type_list(result_text) << " {\n";
+  std::vector<std::string> result_signature = result_text;
+  for (size_t i = 0; i < result_shardings.size(); ++i) {
+    if (!result_shardings[i].empty()) result_signature[i] += " {mhlo.sharding = \"" + result_shardings[i] + "\"}";
+  }
+  module << ") -> " << type_list(result_signature) << " {\n";
   for (size_t k = 0; k < trace.ops.size(); ++k) {
     const TraceOp& op = trace.ops[k];
     std::vector<std::string> in, out;
@@ -227,9 +277,12 @@ int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, std::vector<T
 void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims) {
   Trace& t = current();
   StorageHandle& handle = storage_handle(storage);
+  runtime::ShardingPtr sharding = handle.pending ? handle.pending->sharding
+                                  : handle.buffer ? handle.buffer->sharding_ptr() : nullptr;
   handle.buffer.reset();
-  handle.pending = PendingValue{t.id, op, output, dtype, dims};
-  t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl())});
+  handle.pending = PendingValue{t.id, op, output, dtype, dims, sharding};
+  t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl()),
+                        std::move(sharding)});
 }
 
 namespace {
@@ -285,11 +338,13 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
     storages.push_back(std::move(storage));
     key.add(b.op);
     key.add(b.output);
+    key.add(b.sharding ? b.sharding->id() : 0);
   }
   std::shared_ptr<FusedProgram> program = fused_programs().find(key);
   std::string text;
   std::vector<std::pair<int, int>> donations;
   std::vector<runtime::ArrayType> result_types;
+  runtime::Partitioning partitioning;
   if (!program || want_text) {
     // A live result may take over the buffer its storage had before the trace, when the types agree.
     for (size_t i = 0; i < live.size(); ++i) {
@@ -299,7 +354,9 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
       const runtime::Buffer& original = *trace.externals[it->second];
       if (original.dtype() == result.dtype && original.dims() == result.dims) donations.emplace_back(it->second, i);
     }
-    text = compose(trace, live, donations, result_types);
+    std::vector<std::string> result_shardings;
+    partitioning = partition_trace(trace, live, storages, donations, result_shardings);
+    text = compose(trace, live, donations, result_types, result_shardings);
   }
   if (!program) {
     aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text);
@@ -307,7 +364,8 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
     for (const auto& donation : donations) program->aliased_externals.push_back(donation.first);
     try {
       if (!op_by_op_requested()) {
-        program->executable = cache::load_or_compile(text, std::move(result_types), program->aliased_externals);
+        program->executable =
+            cache::load_or_compile(text, std::move(result_types), program->aliased_externals, partitioning);
         program->executable->set_name("fused program of " + std::to_string(trace.ops.size()) + " ops");
       }
     } catch (const runtime::PjrtError& e) {
@@ -322,7 +380,14 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
   std::vector<runtime::BufferPtr> outputs =
       program->executable ? run_fused(trace, *program) : run_op_by_op(trace, live);
   counters().programs_run++;
-  for (size_t i = 0; i < live.size(); ++i) storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
+  for (size_t i = 0; i < live.size(); ++i) {
+    // The value-check state stays a one-device buffer: a partitioned program leaves it replicated.
+    if (outputs[i]->sharding() != nullptr &&
+        storages[i].get() == check_state(trace.device).tensor.storage().unsafeGetStorageImpl()) {
+      outputs[i] = outputs[i]->shards().at(static_cast<size_t>(trace.device));
+    }
+    storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
+  }
   return FlushedTrace{std::move(program), trace.device, std::move(trace.externals), std::move(trace.origins),
                       std::move(storages), want_text ? std::move(text) : std::string()};
 }

@@ -554,7 +554,14 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     signature->checks_values = true;
   }
   g.set_results(program_results);
+  // A fused trace calls the op's program without its shardings (the trace's @main carries its own).
+  std::string unannotated;
   const runtime::Partitioning partitioning = annotate_shardings(*signature, builder, stack, first);
+  if (partitioning.num_partitions > 1) {
+    ir::Graph plain = g;
+    plain.clear_shardings();
+    unannotated = plain.emit();
+  }
   builder.alias_donations(signature->first_write);
   const std::string text = g.emit();
   if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());
@@ -565,7 +572,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   signature->executable->set_name(info.name);
   static std::atomic<uint64_t> next_id{1};
   signature->id = next_id++;
-  signature->text = text;
+  signature->text = unannotated.empty() ? text : unannotated;
   signature->param_types = builder.parameter_types();
   return signature;
 }

@@ -396,9 +396,7 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     }
     const bool check_errors = info.check_errors_arg >= 0 && (*stack)[first + info.check_errors_arg].toBool();
-    // Fused traces are single-device programs: an op over sharded tensors runs on its own (partitioned).
-    const bool partitioned = signature->executable->num_partitions() > 1;
-    if (eager::mode() == eager::Mode::kFused && !check_errors && !partitioned) {
+    if (eager::mode() == eager::Mode::kFused && !check_errors) {
       record(info, signature, *stack, first, device);
     } else {
       run(info, *signature, *stack, first, device);

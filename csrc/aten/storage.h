@@ -23,6 +23,9 @@ struct PendingValue {
   int output = -1;
   DType dtype = DType::kF32;
   std::vector<int64_t> dims;
+  // The sharding the storage's buffer had before the trace (null: one device): the trace's result for it
+  // keeps it, as a write into a sharded storage does in strict mode.
+  runtime::ShardingPtr sharding;
 };
 
 struct StorageHandle {

@@ -534,6 +534,11 @@ void Graph::set_result_sharding(size_t result_index, std::string sharding) {
   result_shardings_[result_index] = std::move(sharding);
 }
 
+void Graph::clear_shardings() {
+  parameter_shardings_.clear();
+  result_shardings_.clear();
+}
+
 std::string Graph::emit() const {
   std::ostringstream out;
   out << "module @torchtpu {\n";

@@ -48,6 +48,7 @@ class Graph {
   // and how a result must leave (a result without one gets the partitioner's choice).
   void set_parameter_sharding(size_t parameter_index, std::string sharding);
   void set_result_sharding(size_t result_index, std::string sharding);
+  void clear_shardings();
   // The whole module, with one public function @main(parameters...) -> (results...), after the functions
   // added by add_functions.
   std::string emit() const;
