@@ -42,6 +42,9 @@ std::vector<int> storage_groups(const std::vector<at::Tensor>& inputs) {
 
 std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std::vector<at::Tensor>& inputs,
                                                       const std::vector<at::Tensor>& outputs, std::string& why_not) {
+  // How each input was sharded before the trace ran: the program was partitioned for that.
+  std::vector<runtime::ShardingPtr> input_shardings;
+  for (const at::Tensor& input : inputs) input_shardings.push_back(sharding_before_trace(input));
   std::optional<FlushedTrace> flushed = end_capture(trace);
   if (!flushed) {
     why_not = "it did not run as one trace (a host read or an op on the CPU fallback in the middle, or no tpu op)";
@@ -55,6 +58,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std:
   graph->program_ = flushed->program;
   graph->device_ = flushed->device;
   graph->input_group_ = storage_groups(inputs);
+  graph->input_shardings_ = std::move(input_shardings);
   graph->value_checks_ = value_checks_enabled();
   std::unordered_map<const c10::StorageImpl*, int> input_of;  // storage -> first input holding it
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -163,6 +167,10 @@ bool CompiledGraph::fits(const std::vector<at::Tensor>& inputs) const {
     }
   }
   if (storage_groups(inputs) != input_group_) return false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const runtime::ShardingPtr now = sharding_before_trace(inputs[i]);
+    if ((now == nullptr) != (input_shardings_[i] == nullptr) || (now && !(*now == *input_shardings_[i]))) return false;
+  }
   for (const Parameter& param : parameters_) {
     if (param.kind != Parameter::Kind::kInput) continue;
     const runtime::BufferPtr& buffer = storage_buffer(inputs[param.index]);
@@ -229,7 +237,9 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
         break;
       case Result::Kind::kCheckState: {
         CheckState& checks = check_state(device_);
-        storage_handle(checks.tensor).set_buffer(std::move(results[r]));
+        runtime::BufferPtr state = std::move(results[r]);  // a partitioned program leaves it replicated
+        if (state->sharding() != nullptr) state = state->shards().at(static_cast<size_t>(device_));
+        storage_handle(checks.tensor).set_buffer(std::move(state));
         checks.unread = true;
         break;
       }

@@ -71,6 +71,7 @@ class CompiledGraph {
   std::vector<Output> outputs_;
   std::vector<int> input_group_;  // per input: the first input sharing its storage
   std::vector<int64_t> input_offsets_;
+  std::vector<runtime::ShardingPtr> input_shardings_;  // per input, before the captured trace ran (SPMD)
   bool value_checks_ = true;  // whether the program makes value checks (aten/value_checks.h)
   std::vector<at::Tensor> cpu_scalars_;
 };

@@ -68,6 +68,12 @@ runtime::ShardingPtr storage_sharding(const at::Tensor& tensor) {
   return handle.buffer->sharding_ptr();
 }
 
+runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
+  const StorageHandle& handle = storage_handle(tensor);
+  if (handle.pending) return handle.pending->sharding;
+  return handle.buffer ? handle.buffer->sharding_ptr() : nullptr;
+}
+
 std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
   if (handle.pending) return handle.pending->dims;

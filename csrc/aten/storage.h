@@ -49,6 +49,8 @@ const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor);
 // How the storage's buffer is split over the devices; null for a buffer on one device (or none yet, or a
 // pending value).
 runtime::ShardingPtr storage_sharding(const at::Tensor& tensor);
+// The sharding of the storage's buffer, or, for a pending value, of the buffer it had before the trace.
+runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor);
 // Element type and element count of the storage's buffer as it would be read (see storage_buffer).
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);
 // The dims of the storage's buffer: a program result keeps its tensor's shape (dims in memory order when it

@@ -114,8 +114,11 @@ const std::string& identity() {
   return id;
 }
 
-fs::path entry_path(const std::string& stablehlo) {
-  const std::string keyed = identity() + stablehlo;
+// A partitioned program's own compile options (partition count, which results the partitioner shards) join
+// its name.
+fs::path entry_path(const std::string& stablehlo, const runtime::Partitioning& partitioning) {
+  const std::string keyed =
+      identity() + (partitioning.num_partitions > 1 ? runtime::compile_options(partitioning) : std::string()) + stablehlo;
   return directory() / (hex(fnv(keyed)) + hex(fnv(keyed, 0x9e3779b97f4a7c15ull)) + kSuffix);
 }
 
@@ -262,7 +265,7 @@ std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehl
                                                      std::vector<int64_t> aliased_inputs,
                                                      const runtime::Partitioning& partitioning) {
   if (!enabled()) return runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs), partitioning);
-  const fs::path path = entry_path(stablehlo);
+  const fs::path path = entry_path(stablehlo, partitioning);
   {
     std::vector<runtime::ArrayType> types = output_types;
     std::vector<int64_t> aliased = aliased_inputs;

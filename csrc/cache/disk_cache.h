@@ -22,7 +22,7 @@ namespace torchtpu::cache {
 
 // The executable of `stablehlo`: loaded from disk when an entry exists, else compiled by the plugin and
 // written to disk for the next process.
-// A partitioned program's text carries its shardings, so its partitioning is part of its name already.
+// A partitioned program's compile options are part of its entry's name.
 std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehlo,
                                                      std::vector<runtime::ArrayType> output_types,
                                                      std::vector<int64_t> aliased_inputs,

@@ -223,10 +223,7 @@ std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<Ar
                                     std::vector<int64_t> aliased_inputs, const Partitioning& partitioning) {
   const Plugin& p = plugin();
   PJRT_Program program = mlir_program(stablehlo);
-  const std::string options =
-      partitioning.num_partitions > 1
-          ? compile_options_proto(/*portable=*/false, 1, partitioning.num_partitions, partitioning.free_result_shardings)
-          : compile_options();
+  const std::string options = compile_options(partitioning);
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = p.client;
@@ -240,6 +237,11 @@ std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<Ar
 const std::string& compile_options() {
   static const std::string options = compile_options_proto(/*portable=*/true);
   return options;
+}
+
+std::string compile_options(const Partitioning& partitioning) {
+  if (partitioning.num_partitions <= 1) return compile_options();
+  return compile_options_proto(/*portable=*/false, 1, partitioning.num_partitions, partitioning.free_result_shardings);
 }
 
 std::string Executable::serialize() const {

@@ -76,7 +76,10 @@ std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<Ar
 std::unique_ptr<Executable> deserialize(const std::string& bytes, std::vector<ArrayType> output_types,
                                         std::vector<int64_t> aliased_inputs);
 
-// The serialized compile options every program is compiled with (part of a cached program's identity).
+// The serialized compile options every unpartitioned program is compiled with (part of a cached program's
+// identity).
 const std::string& compile_options();
+// The compile options of a program partitioned as `partitioning` says (compile_options() for one device).
+std::string compile_options(const Partitioning& partitioning);
 
 }  // namespace torchtpu::runtime
