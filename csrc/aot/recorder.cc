@@ -27,12 +27,12 @@ void set_recording(bool on) { g_recording.store(on, std::memory_order_relaxed); 
 
 bool recording() { return g_recording.load(std::memory_order_relaxed); }
 
-void record(const std::string& op, const std::string& text) {
+void record(const std::string& op, const std::string& text, int partitions) {
   if (!recording()) return;
   Recorded& r = recorded();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto [it, inserted] = r.index.emplace(text, r.programs.size());
-  if (inserted) r.programs.push_back({text, {}, 0});
+  if (inserted) r.programs.push_back({text, {}, 0, partitions});
   RecordedProgram& program = r.programs[it->second];
   ++program.builds;
   if (std::find(program.ops.begin(), program.ops.end(), op) == program.ops.end()) program.ops.push_back(op);

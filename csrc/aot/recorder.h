@@ -12,14 +12,15 @@ struct RecordedProgram {
   std::string text;              // the StableHLO module as compiled
   std::vector<std::string> ops;  // every op that built this exact text, in order of first build
   int builds = 0;                // how many times it was built while recording (after cache evictions > 1)
+  int partitions = 1;            // an SPMD program's partition count (the devices it spans)
 };
 
 void set_recording(bool on);
 bool recording();
 // Called by every driver right after it emits a program (aten/op_build.cc for strict ops, aten/fused.cc for
 // fused and compiled graphs), and by torchtpu.kernels for a kernel's TPU build. `op` names what produced
-// the program.
-void record(const std::string& op, const std::string& text);
+// the program; `partitions` its partition count (SPMD, docs/distributed.md).
+void record(const std::string& op, const std::string& text, int partitions = 1);
 // The distinct programs recorded so far, in order of first build.
 std::vector<RecordedProgram> recorded_programs();
 // How many distinct programs are recorded (cheap: no copies; torchtpu.aot.report counts per op call with it).

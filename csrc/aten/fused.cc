@@ -279,6 +279,8 @@ void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType
   StorageHandle& handle = storage_handle(storage);
   runtime::ShardingPtr sharding = handle.pending ? handle.pending->sharding
                                   : handle.buffer ? handle.buffer->sharding_ptr() : nullptr;
+  // Kept only where the new value has the old buffer's rank (as in strict mode, aten/op_build.cc).
+  if (sharding && sharding->tiles().size() != dims.size()) sharding = nullptr;
   handle.buffer.reset();
   handle.pending = PendingValue{t.id, op, output, dtype, dims, sharding};
   t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl()),
@@ -359,7 +361,7 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
     text = compose(trace, live, donations, result_types, result_shardings);
   }
   if (!program) {
-    aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text);
+    aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text, partitioning.num_partitions);
     program = std::make_shared<FusedProgram>();
     for (const auto& donation : donations) program->aliased_externals.push_back(donation.first);
     try {

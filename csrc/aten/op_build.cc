@@ -268,10 +268,15 @@ class ProgramBuilder {
 // A write into an unsharded storage then may come back sharded, so it does not take its input's buffer.
 runtime::Partitioning annotate_shardings(OpSignature& signature, ProgramBuilder& builder, const torch::jit::Stack& stack,
                                          size_t first) {
+  // A write keeps its storage's sharding where the new buffer has the old one's rank (a buffer reshaped by the
+  // write, such as a [1, n] gradient rewritten as [n], gets the partitioner's choice).
   std::vector<runtime::ShardingPtr> write_shardings;
   for (const OutputBinding& write : signature.writes) {
     const c10::IValue& v = stack[first + write.arg];
-    write_shardings.push_back(storage_sharding(write.element < 0 ? v.toTensor() : list_elements(v).at(static_cast<size_t>(write.element))));
+    runtime::ShardingPtr sharding =
+        storage_sharding(write.element < 0 ? v.toTensor() : list_elements(v).at(static_cast<size_t>(write.element)));
+    if (sharding && sharding->tiles().size() != write.buffer_dims.size()) sharding = nullptr;
+    write_shardings.push_back(std::move(sharding));
   }
   const std::vector<runtime::ShardingPtr>& params = builder.parameter_shardings();
   const auto sharded = [](const runtime::ShardingPtr& s) { return s != nullptr; };
@@ -565,7 +570,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   builder.alias_donations(signature->first_write);
   const std::string text = g.emit();
   if (std::getenv("TORCHTPU_DUMP_HLO") != nullptr) std::fprintf(stderr, "// %s\n%s", info.name.c_str(), text.c_str());
-  aot::record(info.name, text);
+  aot::record(info.name, text, partitioning.num_partitions);
   std::vector<int64_t> aliased;
   for (const auto& donation : signature->donations) aliased.push_back(static_cast<int64_t>(donation.first));
   signature->executable = cache::load_or_compile(text, std::move(result_types), std::move(aliased), partitioning);

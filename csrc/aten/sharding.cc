@@ -22,6 +22,7 @@ void shard_storage(const at::Tensor& tensor, runtime::ShardingPtr sharding) {
   TORCH_CHECK(sharding->num_devices() == runtime::device_count(), "shard: the mesh has ", sharding->num_devices(),
               " devices but the process has ", runtime::device_count(),
               "; a mesh spans every tpu device (TORCHTPU_NUM_DEVICES sets how many the CPU plugin presents)");
+  if (sharding->num_devices() == 1) return;  // one device holds the whole tensor already
   const at::Tensor host = download(tensor).contiguous();
   try {
     storage_handle(tensor).set_buffer(runtime::upload_sharded(host.const_data_ptr(), to_dtype(tensor.scalar_type()),

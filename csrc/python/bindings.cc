@@ -224,10 +224,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_aot_recorded_count", &aot::recorded_count);
   m.def("_aot_recording", &aot::recording);
   // A program built outside the drivers: a custom kernel's TPU (Mosaic) build (torchtpu.kernels).
-  m.def("_aot_record", &aot::record);
+  m.def("_aot_record", [](const std::string& op, const std::string& text) { aot::record(op, text); });
   m.def("_aot_recorded", [] {
     py::list out;
-    for (const aot::RecordedProgram& p : aot::recorded_programs()) out.append(py::make_tuple(p.text, p.ops, p.builds));
+    for (const aot::RecordedProgram& p : aot::recorded_programs()) out.append(py::make_tuple(p.text, p.ops, p.builds, p.partitions));
     return out;
   });
   cache::set_warning_sink([](const std::string& message) { TORCH_WARN(message); });

@@ -117,29 +117,30 @@ def _result(program: Program, topology: str, line: dict) -> Result:
 
 
 def compile_programs(programs: Sequence[Program], topology: str, *, options: dict | None = None,
-                     replicas: int = 1, partitions: int = 1,
-                     program_timeout: float = 600.0) -> tuple[Topology, list[Result]]:
-    """Compiles each program for ``topology`` (e.g. ``"v5e:2x2"``); one Result per program, in order.
+                     replicas: int = 1, program_timeout: float = 600.0) -> tuple[Topology, list[Result]]:
+    """Compiles each program for ``topology`` (e.g. ``"v5e:2x2"``); one Result per program, in order. An
+    SPMD program is compiled for its partition count (``Program.partitions``), one child per count.
     ``options`` are the plugin's topology options (``num_slices``, ``chips_per_host_bounds``, ``wrap``).
     Raises AotError when the compiler cannot be set up; a rejected or fatal program is a Result."""
     libtpu = find_libtpu()
     if libtpu is None:
         raise AotError("libtpu is not installed: pip install 'torchtpu[tpu]' (or set TORCHTPU_LIBTPU)")
-    command = [find_compiler(), "--plugin", libtpu, "--topology", topology,
-               "--replicas", str(replicas), "--partitions", str(partitions)]
+    base = [find_compiler(), "--plugin", libtpu, "--topology", topology, "--replicas", str(replicas)]
     for name, value in (options or {}).items():
-        command += ["--option", f"{name}={value}"]
+        base += ["--option", f"{name}={value}"]
     results: list[Result | None] = [None] * len(programs)
     header = None
     with tempfile.TemporaryDirectory(prefix="torchtpu-aot-") as tmp:
         for i, program in enumerate(programs):
             with open(os.path.join(tmp, f"{i:06d}.mlir"), "w") as f:
                 f.write(program.text)
-        pending = list(range(len(programs)))
-        while True:
-            header, pending = _run_child(command, tmp, programs, pending, topology, results, program_timeout)
-            if not pending:
-                break
+        for partitions in sorted({p.partitions for p in programs}) or [1]:
+            command = base + ["--partitions", str(partitions)]
+            pending = [i for i, p in enumerate(programs) if p.partitions == partitions]
+            while True:
+                header, pending = _run_child(command, tmp, programs, pending, topology, results, program_timeout)
+                if not pending:
+                    break
     assert header is not None
     return header, [r for r in results if r is not None]
 

@@ -19,6 +19,7 @@ class Program:
     text: str  # the StableHLO module, exactly as compiled for the device
     ops: list[str]  # the ops that built this exact text, first builder first
     builds: int = 1
+    partitions: int = 1  # an SPMD program spans this many devices (torchtpu.distributed.shard)
 
     @property
     def op(self) -> str:
@@ -37,7 +38,7 @@ class Recording:
 
     def snapshot(self) -> list[Program]:
         """The programs recorded so far (also inside the block)."""
-        return [Program(text, list(ops), builds) for text, ops, builds in _C._aot_recorded()]
+        return [Program(text, list(ops), builds, partitions) for text, ops, builds, partitions in _C._aot_recorded()]
 
 
 @contextlib.contextmanager

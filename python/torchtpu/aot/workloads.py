@@ -1,6 +1,6 @@
 """The workloads torchtpu.aot checks for TPU readiness: the models of the test suite (MLP, CNN, GPT, the GPT
-through torchtpu's Pallas kernels, LSTM) and a Hugging Face Llama forward and training step built from a tiny
-local config (nothing downloaded).
+through torchtpu's Pallas kernels, the GPT sharded over every device (SPMD), LSTM) and a Hugging Face Llama
+forward and training step built from a tiny local config (nothing downloaded).
 
 Each builder makes its model and data on ``device`` (seeded) and returns one step; the checker runs a few
 steps, so the programs of the first step (optimizer state creation) and of the steady state are all seen.
@@ -76,6 +76,26 @@ def make_gpt_kernels(device) -> Step:
     return run
 
 
+def make_gpt_spmd(device) -> Step:
+    """SmallGPT (batch 8) trained over every device of the process as one SPMD program per op: the batch split
+    over a ``d`` mesh axis, every parameter whose first dim divides split along it (FSDP-style), AdamW. Run
+    with ``TORCHTPU_NUM_DEVICES=4`` the programs are partitioned 4 ways, as a v5e:2x2 slice runs them."""
+    from torchtpu.distributed import Mesh, shard
+
+    torch.manual_seed(0)
+    model = SmallGPT().to(device)
+    mesh = Mesh((torch.tpu.device_count(),), ("d",))
+    for p in model.parameters():
+        shard(p, mesh, ("d",) + (None,) * (p.dim() - 1) if p.shape[0] % torch.tpu.device_count() == 0 else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = shard(torch.randint(0, 64, (8, 17)).to(device), mesh, ("d", None))
+
+    def loss(out, target):
+        return F.cross_entropy(out.flatten(0, 1), target.flatten())
+
+    return _train_step(model, opt, loss, data[:, :-1], data[:, 1:], clip=1.0)
+
+
 def make_lstm(device) -> Step:
     """SmallLSTM on 8x5x8 sequences, Adam, MSE."""
     torch.manual_seed(0)
@@ -129,6 +149,7 @@ WORKLOADS: dict[str, Callable[[object], Step]] = {
     "cnn": make_cnn,
     "gpt": make_gpt,
     "gpt_kernels": make_gpt_kernels,
+    "gpt_spmd": make_gpt_spmd,
     "lstm": make_lstm,
     "llama_forward": make_llama_forward,
     "llama_train": make_llama_train,
