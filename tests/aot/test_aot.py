@@ -111,12 +111,14 @@ def test_int64_matmuls_compile_for_tpu_and_match_cpu():
 
 @needs_libtpu
 def test_every_workload_program_compiles_for_tpu(tmp_path):
-    """The CI step: all test models, every distinct program, v5e and v6e; a rejection names its op."""
+    """The CI step: all test models, every distinct program, v5e and v6e; a rejection names its op. The run has
+    4 virtual chips, as the 2x2 slices have, so the SPMD workload's programs are partitioned 4 ways."""
     report = tmp_path / "aot.json"
     command = [sys.executable, "-m", "torchtpu.aot", "check", "--workload", "all", "--json", str(report)]
     for topology in TOPOLOGIES:
         command += ["--topology", topology]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=dict(os.environ))
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200,
+                         env=dict(os.environ, TORCHTPU_NUM_DEVICES="4"))
     summary = "\n".join(line for line in run.stdout.splitlines() if line.startswith(("torchtpu.aot", "  ")))
     assert run.returncode == 0, f"{summary}\n{run.stderr[-3000:]}"
     data = json.loads(report.read_text())
@@ -129,3 +131,6 @@ def test_every_workload_program_compiles_for_tpu(tmp_path):
         assert {r["workload"] for r in results} == set(WORKLOADS)
         # torchtpu's Pallas kernels as Mosaic, not only interpreted (torchtpu.kernels records both).
         assert {"torchtpu::flash_attention (Mosaic)", "torchtpu::rms_norm (Mosaic)"} <= {r["op"] for r in results}
+        # The sharded GPT's step, forward, backward and optimizer, as 4-way partitioned programs.
+        partitioned = {r["op"] for r in results if r["workload"] == "gpt_spmd" and r["partitions"] == 4}
+        assert {"aten::addmm", "aten::mm", "aten::_foreach_mul_.Tensor"} <= partitioned, sorted(partitioned)

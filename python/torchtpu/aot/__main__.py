@@ -50,7 +50,7 @@ def _run_workloads(names: list[str], steps: int, recording) -> list[tuple[str, i
 
 def result_json(r: Result) -> dict:
     entry = {"op": r.program.op, "ops": r.program.ops, "digest": r.program.digest, "accepted": r.accepted,
-             "compile_seconds": round(r.compile_seconds, 4)}
+             "partitions": r.program.partitions, "compile_seconds": round(r.compile_seconds, 4)}
     if r.accepted:
         entry.update(flops=r.flops, bytes_accessed=r.bytes_accessed,
                      transcendentals=max(0.0, r.cost.get("transcendentals", 0.0)),
