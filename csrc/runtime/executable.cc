@@ -179,6 +179,10 @@ std::vector<BufferPtr> Executable::execute_partitioned(const std::vector<const B
   options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
   options.non_donatable_input_indices = not_donated.data();
   options.num_non_donatable_input_indices = not_donated.size();
+  // The CPU plugin names an execution's collectives by its launch id: executions queued one after another
+  // must not share one, or their rendezvous mix and never complete.
+  static std::atomic<int> next_launch{1};
+  options.launch_id = next_launch.fetch_add(1, std::memory_order_relaxed);
   PJRT_LoadedExecutable_Execute_Args args{};
   args.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
   args.executable = static_cast<PJRT_LoadedExecutable*>(loaded_executable_);
@@ -215,6 +219,23 @@ std::vector<BufferPtr> Executable::execute_partitioned(const std::vector<const B
                                                output_shardings_[i]));
   }
   for (size_t d = 0; d < n; ++d) track_execution(static_cast<int>(d), done[d], name_);
+  // The result shardings were read from the optimized module; the first run checks them against the pieces
+  // the devices really hold, so a misread is an error here and never a wrong-sized read later.
+  if (!pieces_checked_.exchange(true)) {
+    for (size_t i = 0; i < output_types_.size(); ++i) {
+      for (size_t d = 0; d < n; ++d) {
+        PJRT_Buffer_Dimensions_Args dims{};
+        dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+        dims.buffer = outputs[d][i];
+        check(p.api, p.api->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
+        if (std::vector<int64_t>(dims.dims, dims.dims + dims.num_dims) != piece_dims[i]) {
+          throw PjrtError(13, "the partitioned program " + *name_ + " gave result " + std::to_string(i) +
+                                  " pieces of another shape than its sharding " + output_shardings_[i]->mhlo() +
+                                  " says");  // `results` frees them
+        }
+      }
+    }
+  }
   exit_gate();
   return results;
 }

@@ -1,6 +1,7 @@
 // Compiling StableHLO and running the result.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,7 @@ class Executable {
   std::vector<int64_t> aliased_inputs_;  // argument indices the program may donate to an output
   int num_partitions_ = 1;
   std::vector<ShardingPtr> output_shardings_;  // partitioned programs: one per output
+  mutable std::atomic<bool> pieces_checked_{false};  // the first run compared its pieces with the shardings
   std::shared_ptr<const std::string> name_;  // shared with its pending executions and output buffers
 };
 

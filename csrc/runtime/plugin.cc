@@ -160,14 +160,16 @@ std::string resolve_plugin_path() {
 
 // The CPU plugin leaves XNNPACK-style (YNN) fusion of reductions off unless told; without it every reduce
 // becomes a reduce-window tree whose last stage runs on one thread, and softmax runs ~20% slower than under
-// JAX, which turns it on (docs/performance.md). XLA_FLAGS is read when the client is created; a user's own
-// setting of the flag wins.
-void enable_cpu_reduce_fusion() {
+// JAX, which turns it on (docs/performance.md). With several devices it stays off: the plugin builds a YNN
+// fusion's executable lazily into state shared by the devices, and a partitioned program running on them at
+// once races there (a double free under ASan; docs/distributed.md). XLA_FLAGS is read when the client is
+// created; a user's own setting of the flag wins.
+void choose_cpu_reduce_fusion(int devices) {
   static const char kFlag[] = "--xla_cpu_experimental_ynn_fusion_type";
   const char* current = std::getenv("XLA_FLAGS");
   std::string flags = current != nullptr ? current : "";
   if (flags.find(kFlag) != std::string::npos) return;
-  flags += std::string(flags.empty() ? "" : " ") + kFlag + "=reduce";
+  flags += std::string(flags.empty() ? "" : " ") + kFlag + (devices == 1 ? "=reduce" : "=");
   setenv("XLA_FLAGS", flags.c_str(), 1);
 }
 
@@ -176,7 +178,7 @@ void load_locked() {
   // The CPU plugin is the only one that takes a device count; recognise it by file name before the
   // client exists, since the count must be given at creation.
   const bool looks_cpu = path.find("cpu") != std::string::npos;
-  if (looks_cpu) enable_cpu_reduce_fusion();
+  if (looks_cpu) choose_cpu_reduce_fusion(requested_cpu_device_count());
   const PJRT_Api* api = open_api(path);
   check_version(api, path);
   PJRT_Client* client = create_client(api, looks_cpu ? "cpu" : "");
