@@ -97,8 +97,6 @@ def worker(chips: int) -> None:
 
 def main() -> None:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    import report
-
     results = {}
     for chips in CHIPS:
         env = dict(os.environ, TORCHTPU_NUM_DEVICES=str(chips))
@@ -112,12 +110,35 @@ def main() -> None:
                   f"{r['median_ms'] / r['cpu_median_ms']:5.2f}x), compiles while timing {r['compiles_while_timing']}, "
                   f"device memory per chip {r['device_bytes_max'] / 2**20:6.2f} MiB", flush=True)
     results["1-min load average at the end (2 cpus)"] = float(pathlib.Path("/proc/loadavg").read_text().split()[0])
-    runs = {k: v for k, v in results.items() if isinstance(v, dict)}
-    report.write("bench_spmd", results, [
-        ("step time, GPT d128, global batch 8", "ms (median)", {k: v["median_ms"] for k, v in runs.items()}),
-        ("device memory per chip (largest)", "MiB", {k: v["device_bytes_max"] / 2**20 for k, v in runs.items()}),
-    ], width=7.0)
+    write(results)
 
+
+def write(results: dict) -> None:
+    """results/bench_spmd.json, and a figure with one line per strategy against the chip count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from report import RESULTS
+
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_spmd.json").write_text(json.dumps(results, indent=1))
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for strategy in STRATEGIES:
+        runs = [results[f"{strategy} x{chips}"] for chips in CHIPS]
+        time_ax.plot(CHIPS, [r["median_ms"] for r in runs], marker="o", label=strategy)
+        memory_ax.plot(CHIPS, [r["device_bytes_max"] / 2**20 for r in runs], marker="o", label=strategy)
+    time_ax.plot(CHIPS, [statistics.median(results[f"{s} x{c}"]["cpu_median_ms"] for s in STRATEGIES) for c in CHIPS],
+                 linestyle="--", color="#888", label="CPU torch (1 process)")
+    time_ax.set(title="step time, GPT d128, global batch 8", xlabel="chips", ylabel="ms (median)", xticks=CHIPS)
+    memory_ax.set(title="device memory of the fullest chip", xlabel="chips", ylabel="MiB", xticks=CHIPS, ylim=(0, None))
+    for ax in (time_ax, memory_ax):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "bench_spmd.png", dpi=120)
+    plt.close(fig)
+    print(f"wrote {RESULTS / 'bench_spmd'}.json and .png")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
