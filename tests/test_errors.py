@@ -140,9 +140,9 @@ def test_set_device_out_of_range(survivor):
 # ---- dtypes -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make", [
-    lambda: torch.ones(2, dtype=torch.complex64, device="tpu"),
-    lambda: torch.ones(2, dtype=torch.complex64).to("tpu"),
-    lambda: torch.ones(2, device="tpu").to(torch.complex64),
+    lambda: torch.ones(2, dtype=torch.complex32, device="tpu"),
+    lambda: torch.ones(2, dtype=torch.complex32).to("tpu"),
+    lambda: torch.ones(2, device="tpu").to(torch.complex32),
 ], ids=["factory", "cpu_to", "cast"])
 def test_unsupported_dtype(survivor, make):
     with pytest.raises((TypeError, RuntimeError)) as info:

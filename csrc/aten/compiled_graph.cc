@@ -237,9 +237,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
         break;
       case Result::Kind::kCheckState: {
         CheckState& checks = check_state(device_);
-        runtime::BufferPtr state = std::move(results[r]);  // a partitioned program leaves it replicated
-        if (state->sharding() != nullptr) state = state->shards().at(static_cast<size_t>(device_));
-        storage_handle(checks.tensor).set_buffer(std::move(state));
+        bind_check_state(checks, std::move(results[r]));
         checks.unread = true;
         break;
       }

@@ -44,6 +44,9 @@ at::Tensor download_view(const at::Tensor& t) {
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
   if (self.numel() == 0) return self;
+  // Programs read a source's conj()/neg bits (aten/op_build.cc) but write plain storages.
+  TORCH_CHECK_NOT_IMPLEMENTED(!is_tpu(self) || (!self.is_conj() && !self.is_neg()),
+                              "copy_ into a conjugate or negative view of a tpu tensor");
   if (is_tpu(self) && is_tpu(src)) {
     if (self.device() == src.device()) {
       copy_on_device(self, src);
@@ -58,7 +61,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/
     // CPU -> tpu: convert and broadcast on the host, then either replace the storage's buffer or upload
     // into a temporary and write through the view on device.
     c10::DeviceGuard guard(self.device());
-    at::Tensor dense = src.to(self.scalar_type()).expand(self.sizes()).contiguous();
+    at::Tensor dense = src.resolve_conj().resolve_neg().to(self.scalar_type()).expand(self.sizes()).contiguous();
     if (covers_own_storage(self)) {
       storage_handle(self).set_buffer(upload_contiguous(dense, self.device().index()));
       return self;

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "aot/recorder.h"
+#include "aten/sharding.h"
 #include "aten/value_checks.h"
 #include "cache/disk_cache.h"
 #include "cache/program_cache.h"
@@ -120,42 +121,46 @@ std::string type_list(const std::vector<std::string>& types) {
 
 std::string array_type(const runtime::ArrayType& t) { return ir::to_mlir(ir::Type{t.dtype, t.dims}); }
 
-// One module: every distinct op program as a function, and @main calling them in recorded order.
-// SPMD (docs/distributed.md): a trace that reads or writes a sharded storage is partitioned over all
-// devices, annotated as a strict-mode op program is (aten/op_build.cc annotate_shardings): sharded externals
-// arrive as they are, the rest replicated; a result for a storage that was sharded keeps its sharding (and
-// only such a result takes over its storage's buffer); the partitioner picks the others'.
-// The value-check state stays whole on every device. `result_shardings` gets each result's annotation
-// (empty: the partitioner's choice).
-runtime::Partitioning partition_trace(const Trace& trace, const std::vector<const Binding*>& live,
-                                      const std::vector<c10::intrusive_ptr<c10::StorageImpl>>& storages,
-                                      std::vector<std::pair<int, int>>& donations, std::vector<std::string>& result_shardings) {
-  const bool sharded_external = std::any_of(trace.externals.begin(), trace.externals.end(),
-                                            [](const runtime::BufferPtr& b) { return b->sharding() != nullptr; });
-  const bool sharded_result = std::any_of(live.begin(), live.end(), [](const Binding* b) { return b->sharding != nullptr; });
-  if (!sharded_external && !sharded_result) return {};
-  runtime::Partitioning partitioning;
-  partitioning.num_partitions = runtime::device_count();
-  const c10::StorageImpl* check_storage = check_state(trace.device).tensor.storage().unsafeGetStorageImpl();
-  for (size_t i = 0; i < live.size(); ++i) {
-    result_shardings.push_back(live[i]->sharding ? live[i]->sharding->mhlo()
-                               : storages[i].get() == check_storage ? "{replicated}" : "");
-    partitioning.free_result_shardings.push_back(result_shardings.back().empty());
-  }
-  donations.erase(std::remove_if(donations.begin(), donations.end(),
-                                 [&](const std::pair<int, int>& d) {
-                                   const runtime::Sharding* from = trace.externals[static_cast<size_t>(d.first)]->sharding();
-                                   const runtime::ShardingPtr& to = live[static_cast<size_t>(d.second)]->sharding;
-                                   return from == nullptr || to == nullptr || !(*from == *to);
-                                 }),
-                  donations.end());
-  return partitioning;
+// The device's value-check state when an op of the trace updates it (its recording marked it unread), else null.
+CheckState* updated_check_state(const Trace& trace) {
+  const bool checked = std::any_of(trace.ops.begin(), trace.ops.end(),
+                                   [](const TraceOp& op) { return op.signature->checks_values; });
+  return checked ? &check_state(trace.device) : nullptr;
 }
 
+// SPMD (docs/distributed.md): a trace is partitioned as a strict-mode op program is (aten/sharding.h
+// partition_program), its externals as parameters; a result for a storage keeps the sharding the storage had
+// before the trace. Returns the annotations, or nullopt when the trace is not partitioned.
+std::optional<ProgramShardings> partition_trace(const Trace& trace, const std::vector<const Binding*>& live,
+                                                const std::vector<c10::intrusive_ptr<c10::StorageImpl>>& storages,
+                                                std::vector<std::pair<int, int>>& donations) {
+  std::vector<const runtime::Sharding*> externals;
+  for (const runtime::BufferPtr& b : trace.externals) externals.push_back(b->sharding());
+  std::vector<const runtime::Sharding*> kept_results;
+  std::optional<size_t> check_state_result;
+  const CheckState* checks = updated_check_state(trace);
+  for (size_t i = 0; i < live.size(); ++i) {
+    kept_results.push_back(live[i]->sharding.get());
+    if (checks != nullptr && storages[i].get() == checks->tensor.storage().unsafeGetStorageImpl()) {
+      check_state_result = i;
+    }
+  }
+  std::optional<ProgramShardings> shardings = partition_program(externals, kept_results, check_state_result);
+  if (!shardings) return std::nullopt;
+  donations.erase(std::remove_if(donations.begin(), donations.end(),
+                                 [&](const std::pair<int, int>& d) {
+                                   return !may_donate(externals[static_cast<size_t>(d.first)],
+                                                      kept_results[static_cast<size_t>(d.second)]);
+                                 }),
+                  donations.end());
+  return shardings;
+}
+
+// One module: every distinct op program as a function, and @main calling them in recorded order.
 std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
                     const std::vector<std::pair<int, int>>& donations, std::vector<runtime::ArrayType>& result_types,
-                    const std::vector<std::string>& result_shardings) {
-  const bool partitioned = !result_shardings.empty();
+                    const std::optional<ProgramShardings>& shardings) {
+  const bool partitioned = shardings.has_value();
   std::ostringstream module;
   module << "module @torchtpu_fused {\n";
   std::unordered_map<uint64_t, std::string> function_of;  // op program id -> function name
@@ -183,21 +188,16 @@ std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
   for (const runtime::ArrayType& t : result_types) result_text.push_back(array_type(t));
   module << "  func.func public @main(";
   for (size_t e = 0; e < external_types.size(); ++e) {
-    module << (e ? ", " : "") << "%e" << e << ": " << external_types[e];
-    std::vector<std::string> attributes;
-    if (partitioned) {
-      const runtime::Sharding* sharding = trace.externals[e]->sharding();
-      attributes.push_back("mhlo.sharding = \"" + (sharding ? sharding->mhlo() : std::string("{replicated}")) + "\"");
-    }
+    std::vector<int> aliased_results;
     for (const auto& [external, result] : donations) {
-      if (external == static_cast<int>(e)) attributes.push_back("tf.aliasing_output = " + std::to_string(result) + " : i32");
+      if (external == static_cast<int>(e)) aliased_results.push_back(result);
     }
-    for (size_t a = 0; a < attributes.size(); ++a) module << (a ? ", " : " {") << attributes[a];
-    if (!attributes.empty()) module << "}";
+    module << (e ? ", " : "") << "%e" << e << ": " << external_types[e]
+           << ir::parameter_attributes(partitioned ? shardings->parameters[e] : std::string(), aliased_results);
   }
   std::vector<std::string> result_signature = result_text;
-  for (size_t i = 0; i < result_shardings.size(); ++i) {
-    if (!result_shardings[i].empty()) result_signature[i] += " {mhlo.sharding = \"" + result_shardings[i] + "\"}";
+  for (size_t i = 0; partitioned && i < result_signature.size(); ++i) {
+    result_signature[i] += ir::result_attributes(shardings->results[i]);
   }
   module << ") -> " << type_list(result_signature) << " {\n";
   for (size_t k = 0; k < trace.ops.size(); ++k) {
@@ -356,9 +356,9 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
       const runtime::Buffer& original = *trace.externals[it->second];
       if (original.dtype() == result.dtype && original.dims() == result.dims) donations.emplace_back(it->second, i);
     }
-    std::vector<std::string> result_shardings;
-    partitioning = partition_trace(trace, live, storages, donations, result_shardings);
-    text = compose(trace, live, donations, result_types, result_shardings);
+    const std::optional<ProgramShardings> shardings = partition_trace(trace, live, storages, donations);
+    if (shardings) partitioning = shardings->partitioning;
+    text = compose(trace, live, donations, result_types, shardings);
   }
   if (!program) {
     aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text, partitioning.num_partitions);
@@ -382,13 +382,13 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
   std::vector<runtime::BufferPtr> outputs =
       program->executable ? run_fused(trace, *program) : run_op_by_op(trace, live);
   counters().programs_run++;
+  CheckState* checks = updated_check_state(trace);
   for (size_t i = 0; i < live.size(); ++i) {
-    // The value-check state stays a one-device buffer: a partitioned program leaves it replicated.
-    if (outputs[i]->sharding() != nullptr &&
-        storages[i].get() == check_state(trace.device).tensor.storage().unsafeGetStorageImpl()) {
-      outputs[i] = outputs[i]->shards().at(static_cast<size_t>(trace.device));
+    if (checks != nullptr && storages[i].get() == checks->tensor.storage().unsafeGetStorageImpl()) {
+      bind_check_state(*checks, std::move(outputs[i]));
+    } else {
+      storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
     }
-    storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
   }
   return FlushedTrace{std::move(program), trace.device, std::move(trace.externals), std::move(trace.origins),
                       std::move(storages), want_text ? std::move(text) : std::string()};

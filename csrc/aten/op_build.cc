@@ -16,6 +16,7 @@
 
 #include "aten/op_key.h"
 #include "aten/scalar_operands.h"
+#include "aten/sharding.h"
 #include "aten/storage.h"
 #include "aten/value_checks.h"
 #include "aot/recorder.h"
@@ -190,8 +191,18 @@ class ProgramBuilder {
     parameter_shardings_.back() = storage_sharding(t);
     reads_.push_back({arg, element, last_parameter()});
     // The common case, a tensor that is its whole buffer as shaped, reads the parameter itself.
-    if (replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims)) return whole;
-    return lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element));
+    const bool whole_buffer =
+        replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims);
+    ir::Value value = whole_buffer ? whole : lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element));
+    return apply_lazy_bits(t, value);
+  }
+
+  // A tensor's value from its storage's: a conj() or neg view (conjugate / negative bit, set by torch
+  // without touching the data; matrix products and copy_ receive them unresolved) applies its operation.
+  ir::Value apply_lazy_bits(const at::Tensor& t, ir::Value value) {
+    if (t.is_conj()) value = graph_.complex(graph_.real(value), graph_.unary("negate", graph_.imag(value)));
+    if (t.is_neg()) value = graph_.unary("negate", value);
+    return value;
   }
 
   // The new storage contents of a mutated argument with `value` written through its view. Records the
@@ -262,51 +273,59 @@ class ProgramBuilder {
   std::vector<std::pair<const c10::StorageImpl*, ir::Value>> written_storages_;  // latest value per storage
 };
 
-// SPMD (docs/distributed.md): a program that reads or writes a sharded storage is partitioned over all
-// devices. Its sharded parameters say how they arrive, every other parameter arrives replicated, a write into
-// a sharded storage keeps that storage's sharding, and the partitioner picks the other results' shardings.
-// A write into an unsharded storage then may come back sharded, so it does not take its input's buffer.
+// SPMD (docs/distributed.md): shardings as aten/sharding.h partition_program decides them. A write into a
+// storage keeps that storage's sharding; one that may come back sharded otherwise does not take its input's
+// buffer.
 runtime::Partitioning annotate_shardings(OpSignature& signature, ProgramBuilder& builder, const torch::jit::Stack& stack,
                                          size_t first) {
+  ir::Graph& g = builder.graph();
   // A write keeps its storage's sharding where the new buffer has the old one's rank (a buffer reshaped by the
   // write, such as a [1, n] gradient rewritten as [n], gets the partitioner's choice).
   std::vector<runtime::ShardingPtr> write_shardings;
-  for (const OutputBinding& write : signature.writes) {
+  std::vector<const runtime::Sharding*> kept_results(g.results().size(), nullptr);
+  for (size_t w = 0; w < signature.writes.size(); ++w) {
+    const OutputBinding& write = signature.writes[w];
     const c10::IValue& v = stack[first + write.arg];
     runtime::ShardingPtr sharding =
         storage_sharding(write.element < 0 ? v.toTensor() : list_elements(v).at(static_cast<size_t>(write.element)));
     if (sharding && sharding->tiles().size() != write.buffer_dims.size()) sharding = nullptr;
+    kept_results[signature.first_write + w] = sharding.get();
     write_shardings.push_back(std::move(sharding));
   }
-  const std::vector<runtime::ShardingPtr>& params = builder.parameter_shardings();
-  const auto sharded = [](const runtime::ShardingPtr& s) { return s != nullptr; };
-  if (std::none_of(params.begin(), params.end(), sharded) &&
-      std::none_of(write_shardings.begin(), write_shardings.end(), sharded)) {
-    return {};
-  }
-  const int64_t num_devices = runtime::device_count();
-  ir::Graph& g = builder.graph();
-  for (size_t p = 0; p < params.size(); ++p) {
-    g.set_parameter_sharding(p, params[p] ? params[p]->mhlo() : "{replicated}");
-  }
-  runtime::Partitioning partitioning;
-  partitioning.num_partitions = static_cast<int>(num_devices);
-  partitioning.free_result_shardings.assign(g.results().size(), true);
-  for (size_t w = 0; w < write_shardings.size(); ++w) {
-    if (!write_shardings[w]) continue;
-    const size_t result = signature.first_write + w;
-    g.set_result_sharding(result, write_shardings[w]->mhlo());
-    partitioning.free_result_shardings[result] = false;
-  }
-  if (signature.checks_values) {  // the error state stays whole on every device
-    g.set_result_sharding(g.results().size() - 1, "{replicated}");
-    partitioning.free_result_shardings.back() = false;
+  std::vector<const runtime::Sharding*> params;
+  for (const runtime::ShardingPtr& s : builder.parameter_shardings()) params.push_back(s.get());
+  const std::optional<size_t> check_state_result =
+      signature.checks_values ? std::optional<size_t>(g.results().size() - 1) : std::nullopt;
+  const std::optional<ProgramShardings> shardings = partition_program(params, kept_results, check_state_result);
+  if (!shardings) return {};
+  for (size_t p = 0; p < params.size(); ++p) g.set_parameter_sharding(p, shardings->parameters[p]);
+  for (size_t r = 0; r < shardings->results.size(); ++r) {
+    if (!shardings->results[r].empty()) g.set_result_sharding(r, shardings->results[r]);
   }
   auto& donations = signature.donations;
   donations.erase(std::remove_if(donations.begin(), donations.end(),
-                                 [&](const std::pair<size_t, size_t>& d) { return !write_shardings[d.second]; }),
+                                 [&](const std::pair<size_t, size_t>& d) {
+                                   return !may_donate(params[d.first], write_shardings[d.second].get());
+                                 }),
                   donations.end());
-  return partitioning;
+  return shardings->partitioning;
+}
+
+// Whether complex values reach the rule: a tensor argument (list elements too) or a result.
+bool has_complex(const torch::jit::Stack& stack, size_t first, const std::vector<ir::Type>& outputs) {
+  for (const ir::Type& t : outputs) {
+    if (is_complex(t.dtype)) return true;
+  }
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) {
+      if (stack[i].toTensor().is_complex()) return true;
+    } else if (is_tensor_list(stack[i])) {
+      for (const at::Tensor& t : list_elements(stack[i])) {
+        if (t.defined() && t.is_complex()) return true;
+      }
+    }
+  }
+  return false;
 }
 
 Arg scalar_arg(const c10::IValue& v, bool dynamic) {
@@ -376,7 +395,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     try {
       op.callBoxed(&retry);
     } catch (...) {
-      throw DataDependentShape{};
+      throw RunsOnCpu{};
     }
     std::rethrow_exception(meta_error);
   }
@@ -427,6 +446,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   }
   const std::vector<WriteTarget> targets = write_targets(info, stack, first);
   for (const WriteTarget& target : targets) outputs.push_back(ir_type(target.tensor));
+  if (!lowering::handles_complex(info.rule->op) && has_complex(stack, first, outputs)) throw RunsOnCpu{};
 
   ProgramBuilder builder(*signature);
   ir::Graph& g = builder.graph();

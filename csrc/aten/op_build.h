@@ -12,9 +12,10 @@
 
 namespace torchtpu::aten {
 
-// Thrown when the meta kernel cannot infer this call's output shapes but CPU accepts the arguments: the
-// output shape depends on the data (x[bool_mask], ...), so the call runs through the CPU fallback.
-struct DataDependentShape {};
+// Thrown while keying or building a call that runs through the CPU fallback instead: the meta kernel cannot
+// infer its output shapes but CPU accepts the arguments (the shape depends on the data: x[bool_mask], ...),
+// or it has complex values and its rule is written for real ones (lowering::handles_complex).
+struct RunsOnCpu {};
 
 // Builds and compiles the program for this call. Raises CPU's error for bad arguments. Resizes out=
 // arguments. Afterwards info.static_scalars includes every scalar argument the rule read at compile time.

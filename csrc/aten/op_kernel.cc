@@ -207,10 +207,7 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
     storage_handle(storage).set_buffer(std::move(outputs[output]));
   });
   if (checks) {
-    // A partitioned program leaves the error state replicated: the device's own copy carries on.
-    runtime::BufferPtr state = std::move(outputs.back());
-    if (state->sharding() != nullptr) state = state->shards().at(static_cast<size_t>(device));
-    storage_handle(checks->tensor).set_buffer(std::move(state));
+    bind_check_state(*checks, std::move(outputs.back()));
     checks->unread = true;
   }
 }
@@ -361,7 +358,6 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   move_list_tensors(*stack, first, device);
   try {
     const uint64_t static_scalars = info.static_scalars.load();
-    cache::ProgramKey key = op_key(info, *stack, first);
     // Threads racing for one new program compile it once; the others wait and take it as a hit.
     auto build = [&] {
       const std::vector<std::vector<int64_t>> mutated_sizes = sizes_of_mutated(info, *stack, first);
@@ -381,8 +377,8 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     bool built = false;
     std::shared_ptr<OpSignature> signature;
     try {
-      signature = program_cache().find_or_build(key, build, built);
-    } catch (const DataDependentShape&) {
+      signature = program_cache().find_or_build(op_key(info, *stack, first), build, built);
+    } catch (const RunsOnCpu&) {
       cpu_fallback(op, stack);
       return;
     }

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "aten/op_build.h"
 #include "aten/storage.h"
 #include "aten/value_checks.h"
 
@@ -23,7 +24,7 @@ enum Tag : int64_t {
 int64_t scalar_tag(const c10::IValue& v) {
   if (v.isDouble()) return kFloat;
   if (v.isBool()) return kBool;
-  TORCH_CHECK(!v.isComplexDouble(), "tpu does not support complex scalars yet");
+  if (v.isComplexDouble()) throw RunsOnCpu{};  // rules take scalars as real operands
   return kInt;
 }
 
@@ -38,7 +39,8 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
     key.add(kUndefined);
     return;
   }
-  key.add(static_cast<int64_t>(t.scalar_type()));
+  // The conjugate and negative bits of a lazy conj() / neg view change what a read of it computes.
+  key.add(static_cast<int64_t>(t.scalar_type()) | (t.is_conj() ? 0x100 : 0) | (t.is_neg() ? 0x200 : 0));
   if (is_cpu_scalar(t)) {
     // The value is a runtime operand. Wrapped numbers (from Python scalars) promote differently from
     // other 0-dim tensors, so the flag is part of the program.

@@ -3,6 +3,8 @@
 // fallback. tests/test_registrations.py checks that every lowered op here has a rule.
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
@@ -42,6 +44,7 @@ const std::vector<const char*>& lowered_ops() {
       "_cdist_forward.out",
       "_cholesky_solve_helper",
       "_cholesky_solve_helper.out",
+      "_conj_physical",
       "_cummax_helper",
       "_cummin_helper",
       "_efficientzerotensor",
@@ -54,6 +57,12 @@ const std::vector<const char*>& lowered_ops() {
       "_embedding_bag_forward_only.out",
       "_embedding_bag_per_sample_weights_backward",
       "_embedding_bag_per_sample_weights_backward.out",
+      "_fft_c2c",
+      "_fft_c2c.out",
+      "_fft_c2r",
+      "_fft_c2r.out",
+      "_fft_r2c",
+      "_fft_r2c.out",
       "_foreach_abs",
       "_foreach_abs.out",
       "_foreach_abs_",
@@ -494,6 +503,8 @@ const std::vector<const char*>& lowered_ops() {
       "clone.out",
       "col2im",
       "col2im.out",
+      "complex",
+      "complex.out",
       "constant_pad_nd",
       "constant_pad_nd.out",
       "convolution",
@@ -940,6 +951,8 @@ const std::vector<const char*>& lowered_ops() {
       "normal_",
       "ormqr",
       "ormqr.out",
+      "polar",
+      "polar.out",
       "polygamma",
       "polygamma.out",
       "pow.Scalar",
@@ -1289,6 +1302,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&unique_consecutive_kernel>());
   m.impl("view", &at::native::view);
   m.impl("view.dtype", &at::native::view_dtype);
+  m.impl("view_as_complex", &at::native::view_as_complex);
+  m.impl("view_as_real", &at::native::view_as_real);
 }
 
 // torchtpu's internal ops: lowered like ATen ops, called by the hand-written kernels above (aten/append.h).

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "aten/device_error.h"
 #include "aten/storage.h"
 #include "runtime/buffer.h"
@@ -30,6 +32,28 @@ void shard_storage(const at::Tensor& tensor, runtime::ShardingPtr sharding) {
   } catch (const runtime::PjrtError& e) {
     throw_device_error("shard", e);
   }
+}
+
+std::optional<ProgramShardings> partition_program(const std::vector<const runtime::Sharding*>& parameters,
+                                                  const std::vector<const runtime::Sharding*>& kept_results,
+                                                  std::optional<size_t> check_state_result) {
+  const auto sharded = [](const runtime::Sharding* s) { return s != nullptr; };
+  if (std::none_of(parameters.begin(), parameters.end(), sharded) &&
+      std::none_of(kept_results.begin(), kept_results.end(), sharded)) {
+    return std::nullopt;
+  }
+  ProgramShardings s;
+  s.partitioning.num_partitions = runtime::device_count();
+  for (const runtime::Sharding* p : parameters) s.parameters.push_back(p ? p->mhlo() : "{replicated}");
+  for (size_t r = 0; r < kept_results.size(); ++r) {
+    s.results.push_back(kept_results[r] ? kept_results[r]->mhlo() : r == check_state_result ? "{replicated}" : "");
+    s.partitioning.free_result_shardings.push_back(s.results.back().empty());
+  }
+  return s;
+}
+
+bool may_donate(const runtime::Sharding* parameter, const runtime::Sharding* kept_result) {
+  return parameter != nullptr && kept_result != nullptr && *parameter == *kept_result;
 }
 
 }  // namespace torchtpu::aten

@@ -1,5 +1,6 @@
 #include "aten/storage.h"
 
+#include <ATen/ops/_neg_view.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -109,6 +110,8 @@ DType to_dtype(at::ScalarType type) {
     case at::kBFloat16: return DType::kBF16;
     case at::kFloat: return DType::kF32;
     case at::kDouble: return DType::kF64;
+    case at::kComplexFloat: return DType::kC64;
+    case at::kComplexDouble: return DType::kC128;
     default:
       TORCH_CHECK_TYPE(false, "tpu does not support dtype ", type, " yet");
   }
@@ -128,6 +131,8 @@ at::ScalarType to_scalar_type(DType dtype) {
     case DType::kBF16: return at::kBFloat16;
     case DType::kF32: return at::kFloat;
     case DType::kF64: return at::kDouble;
+    case DType::kC64: return at::kComplexFloat;
+    case DType::kC128: return at::kComplexDouble;
   }
   return at::kFloat;
 }
@@ -153,7 +158,11 @@ at::Tensor download(const at::Tensor& tensor) {
   runtime::download(*buffer, flat.mutable_data_ptr());
   // Reinterpret the bytes as the tensor's dtype and apply its view geometry on the host.
   at::Tensor typed = flat.scalar_type() == tensor.scalar_type() ? flat : flat.view(tensor.scalar_type());
-  return typed.as_strided(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  at::Tensor host = typed.as_strided(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  // The same lazy conj() / neg bits as the tensor, so the host copy means the same values.
+  if (tensor.is_conj()) host = host.conj();
+  if (tensor.is_neg()) host = at::_neg_view(host);
+  return host;
 }
 
 }  // namespace torchtpu::aten

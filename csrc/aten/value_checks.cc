@@ -113,6 +113,13 @@ CheckState& check_state(int device) {
   return *state;
 }
 
+void bind_check_state(CheckState& state, runtime::BufferPtr returned) {
+  if (returned->sharding() != nullptr) {
+    returned = returned->shards().at(static_cast<size_t>(state.tensor.device().index()));
+  }
+  storage_handle(state.tensor).set_buffer(std::move(returned));
+}
+
 void raise_value_errors(int device) {
   CheckState& state = check_state(device);
   if (!state.unread.load()) return;

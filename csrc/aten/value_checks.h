@@ -11,6 +11,7 @@
 #include <string>
 
 #include "lowering/value_check.h"
+#include "runtime/buffer.h"
 
 namespace torchtpu::aten {
 
@@ -32,6 +33,11 @@ struct CheckState {
   std::atomic<bool> unread{false};  // a checked op ran since the last read
 };
 CheckState& check_state(int device);
+
+// Makes `returned`, the error state a checked program returned, the new value of `state` (the caller holds
+// lock_trace() and marks the state unread where an op ran). A partitioned program returns the state
+// replicated over every device; the state stays a one-device buffer, its own device's copy.
+void bind_check_state(CheckState& state, runtime::BufferPtr returned);
 
 // Raises the device's first recorded failure as a RuntimeError naming the op and the check, and clears it;
 // returns at once when no checked op ran since the last read. Called at sync points.

@@ -19,7 +19,10 @@ size_t element_size(DType dtype) {
     case DType::kI64:
     case DType::kU64:
     case DType::kF64:
+    case DType::kC64:
       return 8;
+    case DType::kC128:
+      return 16;
   }
   return 0;
 }
@@ -28,7 +31,13 @@ bool is_floating(DType dtype) {
   return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 || dtype == DType::kF64;
 }
 
-bool is_integral(DType dtype) { return dtype != DType::kBool && !is_floating(dtype); }
+bool is_integral(DType dtype) { return dtype != DType::kBool && !is_floating(dtype) && !is_complex(dtype); }
+
+bool is_complex(DType dtype) { return dtype == DType::kC64 || dtype == DType::kC128; }
+
+DType complex_part(DType dtype) { return dtype == DType::kC128 ? DType::kF64 : DType::kF32; }
+
+DType complex_of(DType part) { return part == DType::kF64 ? DType::kC128 : DType::kC64; }
 
 bool is_unsigned(DType dtype) {
   return dtype == DType::kU8 || dtype == DType::kU32 || dtype == DType::kU64;
@@ -48,6 +57,8 @@ const char* mlir_name(DType dtype) {
     case DType::kBF16: return "bf16";
     case DType::kF32: return "f32";
     case DType::kF64: return "f64";
+    case DType::kC64: return "complex<f32>";
+    case DType::kC128: return "complex<f64>";
   }
   return "?";
 }

@@ -274,6 +274,11 @@ Value Graph::chlo(const std::string& name, const std::vector<Value>& operands, c
 }
 
 Value Graph::constant(double value, DType dtype, const std::vector<int64_t>& dims) {
+  if (is_complex(dtype)) {
+    // value + 0i, from exact real parts (MLIR's complex literal has no hex spelling).
+    const DType part = complex_part(dtype);
+    return complex(constant(value, part, dims), constant(0.0, part, dims));
+  }
   if (!is_floating(dtype)) return constant_int(static_cast<int64_t>(value), dtype, dims);
   const Type scalar{dtype, {}};
   Value c = add_node("\"stablehlo.constant\"() {value = dense<" + float_literal(value, dtype) + "> : " +
@@ -283,7 +288,7 @@ Value Graph::constant(double value, DType dtype, const std::vector<int64_t>& dim
 }
 
 Value Graph::constant_int(int64_t value, DType dtype, const std::vector<int64_t>& dims) {
-  if (is_floating(dtype)) return constant(static_cast<double>(value), dtype, dims);
+  if (is_floating(dtype) || is_complex(dtype)) return constant(static_cast<double>(value), dtype, dims);
   const Type scalar{dtype, {}};
   std::string literal = dtype == DType::kBool ? (value ? "true" : "false") : std::to_string(value);
   if (is_unsigned(dtype)) literal = std::to_string(static_cast<uint64_t>(value));
@@ -304,8 +309,19 @@ Value Graph::binary(const std::string& name_, Value a, Value b) {
 }
 
 Value Graph::convert(Value x, DType dtype) {
-  if (type(x).dtype == dtype) return x;
+  const DType from = type(x).dtype;
+  if (from == dtype) return x;
+  // XLA converts real to complex but not back: complex to real keeps the real part, as torch's casts do.
+  if (is_complex(from) && !is_complex(dtype)) return convert(real(x), dtype);
   return op("convert", {x}, Type{dtype, type(x).dims});
+}
+
+Value Graph::real(Value x) { return op("real", {x}, Type{complex_part(type(x).dtype), type(x).dims}); }
+
+Value Graph::imag(Value x) { return op("imag", {x}, Type{complex_part(type(x).dtype), type(x).dims}); }
+
+Value Graph::complex(Value real_part, Value imag_part) {
+  return op("complex", {real_part, imag_part}, Type{complex_of(type(real_part).dtype), type(real_part).dims});
 }
 
 Value Graph::bitcast_convert(Value x, const Type& result) { return op("bitcast_convert", {x}, result); }
@@ -376,7 +392,7 @@ Value Graph::concatenate(const std::vector<Value>& parts, int64_t dim) {
 
 Value Graph::compare(Value a, Value b, Comparison direction) {
   const DType dtype = type(a).dtype;
-  const char* compare_type = is_floating(dtype) ? "FLOAT" : (is_unsigned(dtype) || dtype == DType::kBool) ? "UNSIGNED" : "SIGNED";
+  const char* compare_type = is_floating(dtype) || is_complex(dtype) ? "FLOAT" : (is_unsigned(dtype) || dtype == DType::kBool) ? "UNSIGNED" : "SIGNED";
   return op("compare", {a, b}, Type{DType::kBool, type(a).dims},
             std::string("comparison_direction = #stablehlo<comparison_direction ") + comparison_name(direction) +
                 ">, compare_type = #stablehlo<comparison_type " + compare_type + ">");
@@ -539,6 +555,18 @@ void Graph::clear_shardings() {
   result_shardings_.clear();
 }
 
+std::string parameter_attributes(const std::string& sharding, const std::vector<int>& aliased_results) {
+  std::string text = sharding.empty() ? std::string() : "mhlo.sharding = \"" + sharding + "\"";
+  for (int result : aliased_results) {
+    text += (text.empty() ? "" : ", ") + ("tf.aliasing_output = " + std::to_string(result) + " : i32");
+  }
+  return text.empty() ? text : " {" + text + "}";
+}
+
+std::string result_attributes(const std::string& sharding) {
+  return sharding.empty() ? std::string() : " {mhlo.sharding = \"" + sharding + "\"}";
+}
+
 std::string Graph::emit() const {
   std::ostringstream out;
   out << "module @torchtpu {\n";
@@ -546,24 +574,18 @@ std::string Graph::emit() const {
   out << "  func.func public @main(";
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (i) out << ", ";
-    out << "%arg" << i << ": " << to_mlir(type(parameters_[i]));
-    std::vector<std::string> attributes;
-    if (i < parameter_shardings_.size() && !parameter_shardings_[i].empty()) {
-      attributes.push_back("mhlo.sharding = \"" + parameter_shardings_[i] + "\"");
-    }
+    std::vector<int> aliased_results;
     for (const auto& [parameter, result] : aliases_) {
-      if (parameter.id == parameters_[i].id) attributes.push_back("tf.aliasing_output = " + std::to_string(result) + " : i32");
+      if (parameter.id == parameters_[i].id) aliased_results.push_back(result);
     }
-    for (size_t a = 0; a < attributes.size(); ++a) out << (a ? ", " : " {") << attributes[a];
-    if (!attributes.empty()) out << "}";
+    const std::string sharding = i < parameter_shardings_.size() ? parameter_shardings_[i] : std::string();
+    out << "%arg" << i << ": " << to_mlir(type(parameters_[i])) << parameter_attributes(sharding, aliased_results);
   }
   out << ") -> (";
   for (size_t i = 0; i < results_.size(); ++i) {
     if (i) out << ", ";
-    out << to_mlir(type(results_[i]));
-    if (i < result_shardings_.size() && !result_shardings_[i].empty()) {
-      out << " {mhlo.sharding = \"" << result_shardings_[i] << "\"}";
-    }
+    out << to_mlir(type(results_[i]))
+        << result_attributes(i < result_shardings_.size() ? result_shardings_[i] : std::string());
   }
   out << ") {\n";
   for (size_t n = 0; n < nodes_.size(); ++n) {

@@ -76,7 +76,11 @@ class Graph {
 
   Value unary(const std::string& name, Value x);
   Value binary(const std::string& name, Value a, Value b);  // operands must share one type
-  Value convert(Value x, DType dtype);
+  Value convert(Value x, DType dtype);  // complex to real keeps the real part
+  // Complex values: the parts of x (f32 for c64), and the complex value of two parts of one type.
+  Value real(Value x);
+  Value imag(Value x);
+  Value complex(Value real_part, Value imag_part);
   Value bitcast_convert(Value x, const Type& result);
   Value broadcast_in_dim(Value x, const std::vector<int64_t>& dims, const std::vector<int64_t>& broadcast_dims);
   Value reshape(Value x, const std::vector<int64_t>& dims);
@@ -150,6 +154,12 @@ class Graph {
 std::string region_text(const std::vector<std::pair<std::string, DType>>& arguments, const std::string& body);
 // The region of a binary reducer: (%lhs, %rhs) -> op(%lhs, %rhs).
 std::string scalar_region(const std::string& op, DType dtype);
+
+// The attribute dictionaries of @main's signature: a parameter's, " {mhlo.sharding = "...", tf.aliasing_output =
+// 0 : i32}" with `sharding` in runtime/sharding.h's mhlo spelling (empty: none) and `aliased_results` the
+// results that reuse its buffer; a result's, " {mhlo.sharding = "..."}". Empty when there is nothing to say.
+std::string parameter_attributes(const std::string& sharding, const std::vector<int>& aliased_results);
+std::string result_attributes(const std::string& sharding);
 
 // "[1, 2]", the list spelling inside StableHLO's dimension-number attributes.
 std::string bracket_list(const std::vector<int64_t>& values);

@@ -153,6 +153,7 @@ std::vector<Value> lower_where(LoweringContext& ctx) {
 std::vector<Value> lower_neg(LoweringContext& ctx) { return unary_op(ctx, "negate"); }
 std::vector<Value> lower_abs(LoweringContext& ctx) {
   const DType dtype = out(ctx).dtype;
+  if (is_complex(ctx.type_of(0).dtype)) return {finish(ctx, magnitude(ctx.graph, ctx.tensor(0)))};
   if (dtype == DType::kBool || is_unsigned(dtype)) return {finish(ctx, ctx.tensor(0))};
   return unary_op(ctx, "abs");
 }

@@ -32,6 +32,12 @@ Value cast_to(Graph& g, Value x, const Type& target) {
   return broadcast_to(g, g.convert(x, target.dtype), target.dims);
 }
 
+Value magnitude(Graph& g, Value x) {
+  const Type& t = g.type(x);
+  if (!is_complex(t.dtype)) return g.unary("abs", x);
+  return g.op("abs", {x}, Type{complex_part(t.dtype), t.dims});  // stablehlo.abs changes the element type
+}
+
 std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t rank) {
   std::vector<int64_t> out;
   if (dims.empty()) {

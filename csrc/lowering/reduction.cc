@@ -324,7 +324,8 @@ std::vector<Value> lower_logsumexp(LoweringContext& ctx) {
 Value vector_norm(LoweringContext& ctx, double ord, const std::vector<int64_t>& dims) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
-  Value a = g.unary("abs", g.convert(ctx.tensor(0), accumulate));
+  Value x = ctx.tensor(0);
+  Value a = is_complex(g.type(x).dtype) ? g.convert(magnitude(g, x), accumulate) : magnitude(g, g.convert(x, accumulate));
   const Type t = g.type(a);
   Value zero = g.constant_int(0, accumulate);
   if (std::isinf(ord)) {

@@ -118,5 +118,10 @@ void add_foreach_rules(std::vector<Rule>& table);
 void add_optimizer_rules(std::vector<Rule>& table);
 void add_attention_rules(std::vector<Rule>& table);
 void add_kernel_rules(std::vector<Rule>& table);  // lowering/kernel.h
+void add_complex_rules(std::vector<Rule>& table);
+
+// Whether the rule named `op` (Rule::op) computes complex operands and results correctly; calls with
+// complex values to any other rule run through the CPU fallback (lowering/complex.cc).
+bool handles_complex(const std::string& op);
 
 }  // namespace torchtpu::lowering

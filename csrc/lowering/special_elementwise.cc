@@ -22,6 +22,11 @@ std::vector<Value> lower_rsub(LoweringContext& ctx) {
 
 // angle of a real number: pi for negatives, 0 otherwise, NaN kept.
 std::vector<Value> lower_angle(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  if (is_complex(ctx.type_of(0).dtype)) {
+    Value x = ctx.tensor(0);
+    return {cast_to(g, g.binary("atan2", g.imag(x), g.real(x)), ctx.outputs.at(0))};
+  }
   Math m = math(ctx);
   Value x = operand(ctx, 0);
   return {finish(ctx, m.select(m.isnan(x), x, m.select(m.lt(x, m.c(0)), m.c(kPi), m.c(0))))};

@@ -27,6 +27,7 @@ const std::unordered_map<std::string, Rule>& table() {
     add_optimizer_rules(all);
     add_attention_rules(all);
     add_kernel_rules(all);
+    add_complex_rules(all);
     std::unordered_map<std::string, Rule> by_name;
     for (const Rule& rule : all) {
       if (!by_name.emplace(rule.op, rule).second) throw std::logic_error(std::string("duplicate rule ") + rule.op);

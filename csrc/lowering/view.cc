@@ -18,6 +18,20 @@ Value reinterpret(Graph& g, Value flat, DType dtype) {
   const size_t from = element_size(t.dtype);
   const size_t to = element_size(dtype);
   const int64_t n = t.dims.at(0);
+  // XLA bitcasts no complex type: complex storage goes through its parts, interleaved as in memory.
+  if (is_complex(t.dtype)) {
+    Value parts = g.concatenate({g.reshape(g.real(flat), {n, 1}), g.reshape(g.imag(flat), {n, 1})}, 1);
+    return reinterpret(g, g.reshape(parts, {2 * n}), dtype);
+  }
+  if (is_complex(dtype)) {
+    Value parts = reinterpret(g, flat, complex_part(dtype));
+    const int64_t m = g.type(parts).dims.at(0);
+    if (m % 2 != 0) throw std::invalid_argument("storage size is not a multiple of the view's element size");
+    Value pairs = g.reshape(parts, {m / 2, 2});
+    Value re = g.reshape(g.slice(pairs, {0, 0}, {m / 2, 1}, {1, 1}), {m / 2});
+    Value im = g.reshape(g.slice(pairs, {0, 1}, {m / 2, 2}, {1, 1}), {m / 2});
+    return g.complex(re, im);
+  }
   // bool and 1-byte integers: same bytes, and StableHLO has no bitcast for i1.
   if (from == 1 && to == 1 && (t.dtype == DType::kBool || dtype == DType::kBool)) return g.convert(flat, dtype);
   if (from == to) return g.bitcast_convert(flat, Type{dtype, {n}});

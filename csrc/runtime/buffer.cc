@@ -30,6 +30,8 @@ PJRT_Buffer_Type to_pjrt(DType dtype) {
     case DType::kBF16: return PJRT_Buffer_Type_BF16;
     case DType::kF32: return PJRT_Buffer_Type_F32;
     case DType::kF64: return PJRT_Buffer_Type_F64;
+    case DType::kC64: return PJRT_Buffer_Type_C64;
+    case DType::kC128: return PJRT_Buffer_Type_C128;
   }
   return PJRT_Buffer_Type_INVALID;
 }

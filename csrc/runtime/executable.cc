@@ -8,6 +8,16 @@
 #include "runtime/plugin.h"
 
 namespace torchtpu::runtime {
+namespace {
+
+// The bytes an array of `dtype` and `dims` takes on a device.
+int64_t array_bytes(DType dtype, const std::vector<int64_t>& dims) {
+  int64_t bytes = static_cast<int64_t>(element_size(dtype));
+  for (int64_t d : dims) bytes *= d;
+  return bytes;
+}
+
+}  // namespace
 
 template <class Body>
 void Executable::with_executable(const char* what, const Body& body) const {
@@ -106,11 +116,7 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   args.execute_device = p.devices.at(static_cast<size_t>(device));
   // What the outputs add to the device's live bytes: donated arguments lend theirs.
   int64_t requested = 0;
-  for (const ArrayType& type : output_types_) {
-    int64_t bytes = static_cast<int64_t>(element_size(type.dtype));
-    for (int64_t d : type.dims) bytes *= d;
-    requested += bytes;
-  }
+  for (const ArrayType& type : output_types_) requested += array_bytes(type.dtype, type.dims);
   for (int64_t aliased : aliased_inputs_) {
     if (std::find(kept.begin(), kept.end(), aliased) == kept.end()) {
       requested -= static_cast<int64_t>(arguments[static_cast<size_t>(aliased)]->nbytes());
@@ -197,9 +203,7 @@ std::vector<BufferPtr> Executable::execute_partitioned(const std::vector<const B
   int64_t requested = 0;
   for (size_t i = 0; i < output_types_.size(); ++i) {
     piece_dims.push_back(output_shardings_[i]->shard_dims(output_types_[i].dims));
-    int64_t bytes = static_cast<int64_t>(element_size(output_types_[i].dtype));
-    for (int64_t d : piece_dims.back()) bytes *= d;
-    requested += bytes;
+    requested += array_bytes(output_types_[i].dtype, piece_dims.back());
   }
   for (size_t d = 0; d < n; ++d) check_memory_limit(static_cast<int>(d), requested);
   check_allocation(p.api, p.api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute", 0, requested);

@@ -246,6 +246,8 @@ std::vector<ShardingPtr> output_shardings_from_hlo_module(std::string_view modul
     else r.skip(wire);
   }
   std::vector<ShardingPtr> shardings;
+  // A program without results (a fused trace whose results were all freed) still reports one sharding.
+  if (ranks.empty()) return shardings;
   const OpShardingFields top = read_op_sharding(output);
   std::vector<std::string_view> entries = top.type == kTuple ? top.tuple : std::vector<std::string_view>{output};
   if (top.type == kTuple && entries.empty()) entries.assign(ranks.size(), std::string_view());  // all replicated

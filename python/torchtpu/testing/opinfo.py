@@ -8,7 +8,7 @@ copies of them; outputs (and, for float32, gradients w.r.t. the inputs) are comp
 - ``fallback``: values match, but some aten op ran through the CPU fallback (listed);
 - ``mismatch``: a value, dtype, shape or device differs from CPU;
 - ``error``: the tpu side raised (or its worker process crashed or hung);
-- ``skipped``: nothing could be compared (dtype not supported by the OpInfo, complex tensors, ...).
+- ``skipped``: nothing could be compared (dtype not supported by the OpInfo, sparse tensors, ...).
 
     python -m torchtpu.testing.opinfo [--ops add,mm] [--dtypes float32,bfloat16] [--samples 3] [--no-grad]
 
@@ -71,6 +71,8 @@ DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-2),
     torch.float16: Tolerance(rtol=1e-3, atol=1e-5),
     torch.float64: Tolerance(rtol=1e-7, atol=1e-7),
+    torch.complex64: Tolerance(rtol=1.3e-6, atol=1e-5),
+    torch.complex128: Tolerance(rtol=1e-7, atol=1e-7),
 }
 # XLA evaluates transcendental functions with its own approximations, some tens of ulps from ATen's.
 TRANSCENDENTAL_TOLERANCE_F32 = Tolerance(rtol=1e-5, atol=1e-5)
@@ -181,12 +183,12 @@ def select_ops(op_db: Iterable[Any], names: Iterable[str] | None) -> list[Any]:
 
 
 def tolerance_for(op: Any, dtype: torch.dtype) -> Tolerance:
-    """For ``op``'s floating outputs in ``dtype``: its override, else its category's (float32), else the
-    dtype's default."""
+    """For ``op``'s floating outputs in ``dtype``: its override, else its category's (float32, and
+    complex64 whose parts are float32), else the dtype's default."""
     override = TOLERANCE_OVERRIDES.get(variant_name(op), {}).get(dtype)
     if override is not None:
         return override
-    if dtype == torch.float32:
+    if dtype in (torch.float32, torch.complex64):
         # Imported here, like every use of PyTorch's test internals: importing them parses sys.argv (see
         # load_op_db); any OpInfo passed in comes from load_op_db, which has imported them already.
         from torch.testing._internal.opinfo.core import ReductionOpInfo, SpectralFuncInfo
@@ -231,21 +233,17 @@ def _skip_reason(decorator: Callable[..., Any]) -> str | None:
 
 class _CpuRunObserver(TorchDispatchMode):
     """Watches the aten ops of a CPU run for what tpu cannot reproduce: random numbers (tpu's generator
-    draws another stream from the same seed, so such outputs can only be compared by shape and dtype) and
-    complex tensors, even intermediate ones (tpu has no complex dtypes)."""
+    draws another stream from the same seed, so such outputs can only be compared by shape and dtype)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.drew_random = False
-        self.used_complex = False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         output = func(*args, **kwargs)
         self.drew_random |= torch.Tag.nondeterministic_seeded in func.tags
-        self.used_complex |= any(isinstance(leaf, torch.Tensor) and leaf.is_complex()
-                                 for leaf in tree_flatten((args, kwargs, output))[0])
         return output
 
 
@@ -281,8 +279,6 @@ def _unsupported_reason(tree: Any) -> str | None:
     for leaf in tree_flatten(tree)[0]:
         if not isinstance(leaf, torch.Tensor):
             continue
-        if leaf.is_complex():
-            return "complex tensors (tpu has no complex dtypes)"
         if leaf.layout != torch.strided:
             return f"{leaf.layout} tensors (tpu has strided tensors only)"
         if leaf.is_quantized:
@@ -304,8 +300,8 @@ def _difference(actual: Any, expected: Any, tolerance: Tolerance, compare_values
                 canonical: Callable[[Any], Any] | None = None) -> str | None:
     """None when the tpu result ``actual`` agrees with the CPU result ``expected``, else what differs first
     (``what`` names the results in the message). Tensors must match in device type, dtype and shape, and,
-    if ``compare_values``, in value (after ``canonical``, applied to host copies of both): floating ones
-    within ``tolerance``, the rest exactly."""
+    if ``compare_values``, in value (after ``canonical``, applied to host copies of both): floating and
+    complex ones within ``tolerance``, the rest exactly."""
     actual_leaves, actual_spec = tree_flatten(actual)
     expected_leaves, expected_spec = tree_flatten(expected)
     if actual_spec != expected_spec:
@@ -334,9 +330,9 @@ def _difference(actual: Any, expected: Any, tolerance: Tolerance, compare_values
         actual, expected = canonical(actual), canonical(expected)
     for index, (got, want) in enumerate(zip(tree_flatten(actual)[0], tree_flatten(expected)[0])):
         if isinstance(want, torch.Tensor):
-            exact = not want.dtype.is_floating_point
-        elif isinstance(want, (bool, int, float)):
-            exact = not isinstance(want, float)
+            exact = not (want.dtype.is_floating_point or want.dtype.is_complex)
+        elif isinstance(want, (bool, int, float, complex)):
+            exact = not isinstance(want, (float, complex))
         else:  # strings, dtypes, sizes, ...
             if got != want:
                 return _truncate(f"{where(index)}: {got!r}, expected {want!r}")
@@ -436,8 +432,6 @@ def _check_sample(op: Any, sample: Any, tolerance: Tolerance, compare_values: bo
     unsupported = _unsupported_reason(expected)
     if unsupported:
         return skip(unsupported)
-    if observer.used_complex:
-        return skip("complex tensors inside the op (tpu has no complex dtypes)")
     compare_values = compare_values and not observer.drew_random
 
     torchtpu.reset_metrics()
@@ -511,7 +505,7 @@ class _Tally:
         return CheckResult(self._worst.status, self._worst.reason, sorted(self._fallback_ops), self.samples)
 
 
-# Samples looked at per compared sample: skipped ones (complex, failing on CPU) don't count, but a
+# Samples looked at per compared sample: skipped ones (sparse, failing on CPU) don't count, but a
 # generator of nothing but unusable samples must not be walked to its end.
 _SCAN_FACTOR = 4
 
@@ -651,7 +645,7 @@ def run_isolated(ops: Sequence[Any], dtypes: Sequence[torch.dtype], config: RunC
 
 # --- command line ---------------------------------------------------------------------------------------
 
-_SHORT_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
+_SHORT_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64", "complex64": "c64"}
 
 
 def _progress_line(count: int, total: int, result: OpResult) -> str:

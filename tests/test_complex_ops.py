@@ -1,0 +1,173 @@
+"""Complex dtypes on tpu: transfers, views that reinterpret complex storage, lazy conj()/neg views, the
+lowered complex arithmetic and the FFT family (forward and backward) against CPU torch. Ops whose rules
+are written for real dtypes run through the CPU fallback with complex values, correctly."""
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torchtpu
+from torchtpu.metrics import fallback_ops
+
+TPU = "tpu"
+COMPLEX = [torch.complex64, torch.complex128]
+
+
+def crandn(*shape, dtype=torch.complex64):
+    return torch.randn(*shape, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_transfers_and_views_round_trip(dtype, metrics):
+    x = crandn(4, 6, dtype=dtype)
+    t = x.to(TPU)
+    assert t.dtype == dtype
+    assert_close(t.cpu(), x, rtol=0, atol=0)
+    assert_close(torch.view_as_real(t).cpu(), torch.view_as_real(x), rtol=0, atol=0)
+    assert_close(t.real.cpu(), x.real, rtol=0, atol=0)
+    assert_close(t.imag.cpu(), x.imag, rtol=0, atol=0)
+    assert_close(t[1:3, ::2].cpu(), x[1:3, ::2], rtol=0, atol=0)
+    assert_close(t.t().contiguous().cpu(), x.t().contiguous(), rtol=0, atol=0)
+    pairs = torch.randn(3, 5, 2, dtype=x.real.dtype)
+    assert_close(torch.view_as_complex(pairs.to(TPU)).cpu(), torch.view_as_complex(pairs), rtol=0, atol=0)
+    assert t[1, 2].item() == x[1, 2].item()
+    assert fallback_ops() == {}
+
+
+def test_writes_through_real_and_imag_views_reach_the_complex_storage(metrics):
+    x = crandn(3, 4)
+    t = x.to(TPU)
+    t.real.mul_(2)
+    t.imag[:, 1] = 7.0
+    x.real.mul_(2)
+    x.imag[:, 1] = 7.0
+    assert_close(t.cpu(), x, rtol=0, atol=0)
+    r = torch.view_as_real(t)
+    r[..., 0] += 1
+    assert_close(t.cpu(), x + 1, rtol=0, atol=0)
+
+
+def test_lazy_conj_and_neg_views_mean_their_values(metrics):
+    x, y = crandn(5, 3), crandn(5, 4)
+    t, u = x.to(TPU), y.to(TPU)
+    assert t.conj().is_conj()
+    assert_close(t.conj().cpu(), x.conj())
+    assert_close(t.conj().imag.cpu(), x.conj().imag)  # a negative-bit float view
+    assert_close((t.mH @ u).cpu(), x.mH @ y)  # the product receives the conj bit unresolved
+    assert_close((t.conj() * t).cpu(), x.conj() * x)
+    assert_close(t.conj().resolve_conj().cpu(), x.conj().resolve_conj())
+    out = torch.empty_like(t)
+    out.copy_(t.conj())
+    assert_close(out.cpu(), x.conj())
+    back = torch.empty(5, 3, dtype=torch.complex64)
+    back.copy_(t.conj())
+    assert_close(back, x.conj())
+    assert_close(x.conj().to(TPU).cpu(), x.conj())
+    assert fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_arithmetic_reductions_and_products_run_natively(dtype, metrics):
+    x, y, w = crandn(4, 6, dtype=dtype), crandn(4, 6, dtype=dtype), crandn(6, 3, dtype=dtype)
+    t, u, v = x.to(TPU), y.to(TPU), w.to(TPU)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.complex64 else dict(rtol=1e-12, atol=1e-12)
+    cases = {
+        "arith": (lambda a, b, m: a * b - a / (b + 1) + 2.5 * a - b.neg(), ),
+        "math": (lambda a, b, m: a.exp() + b.log() + a.sqrt() + a.sin() * b.cos() + a.tanh() + a.rsqrt(), ),
+        "pow": (lambda a, b, m: a.pow(2) + a.pow(b) + a.reciprocal(), ),
+        "parts": (lambda a, b, m: torch.stack([a.abs(), a.angle(), torch.linalg.vector_norm(a, dim=1)
+                                                .unsqueeze(1).expand(4, 6)]), ),
+        "sign": (lambda a, b, m: a.sgn() + torch.where(a.real > 0, a, b), ),
+        "reduce": (lambda a, b, m: torch.cat([a.sum(0), a.mean(1), a.sum().reshape(1)]), ),
+        "products": (lambda a, b, m: torch.cat([(a @ m).reshape(-1), torch.bmm(a[None], m[None]).reshape(-1),
+                                                (a[0] @ m[:, 0]).reshape(1), a @ m[:, 1]]), ),
+        "build": (lambda a, b, m: torch.complex(a.real, b.imag) + torch.polar(a.abs(), b.angle()), ),
+        "compare": (lambda a, b, m: torch.stack([a == a, a != b]), ),
+        "shape": (lambda a, b, m: torch.roll(torch.nn.functional.pad(a, (1, 2)), 3, 1), ),
+    }
+    for name, (fn,) in cases.items():
+        assert_close(fn(t, u, v).cpu(), fn(x, y, w), **tol, msg=name)
+    assert fallback_ops() == {}
+
+
+@pytest.mark.parametrize("norm", [None, "ortho", "forward", "backward"])
+def test_fft_family_matches_cpu(norm, metrics):
+    x = torch.randn(6, 10, 8)
+    z = crandn(6, 10, 8)
+    t, s = x.to(TPU), z.to(TPU)
+    calls = [
+        ("fft", z, {}), ("ifft", z, {"n": 12}), ("fft", z, {"n": 5, "dim": 1}), ("rfft", x, {}),
+        ("irfft", z, {"n": 14}), ("hfft", z, {}), ("ihfft", x, {}), ("fft2", z, {}), ("ifft2", z, {"s": (4, 9)}),
+        ("rfft2", x, {}), ("irfft2", z, {}), ("fftn", z, {}), ("ifftn", z, {"dim": (0, 2)}), ("rfftn", x, {}),
+        ("irfftn", z, {"s": (6, 10, 8)}), ("hfft2", z, {}), ("ihfftn", x, {}),
+    ]
+    for name, source, kwargs in calls:
+        fn = getattr(torch.fft, name)
+        on_tpu = fn(t if source is x else s, norm=norm, **kwargs)
+        expected = fn(source, norm=norm, **kwargs)
+        assert on_tpu.dtype == expected.dtype and on_tpu.shape == expected.shape, name
+        scale = max(1.0, expected.abs().max().item())
+        assert_close(on_tpu.cpu() / scale, expected / scale, rtol=1e-5, atol=1e-5, msg=name)
+    assert fallback_ops() == {}
+
+
+def test_fft_in_float64_and_complex128_is_double_precision():
+    z = torch.randn(4, 32, dtype=torch.complex128)
+    assert_close(torch.fft.fft(z.to(TPU)).cpu(), torch.fft.fft(z), rtol=1e-12, atol=1e-12)
+    x = torch.randn(4, 32, dtype=torch.float64)
+    assert_close(torch.fft.irfft(torch.fft.rfft(x.to(TPU))).cpu(), x, rtol=1e-12, atol=1e-12)
+
+
+def test_stft_istft_round_trip_matches_cpu():
+    signal = torch.randn(2, 400)
+    window = torch.hann_window(64)
+    spec = torch.stft(signal, 64, hop_length=16, window=window, return_complex=True)
+    on_tpu = torch.stft(signal.to(TPU), 64, hop_length=16, window=window.to(TPU), return_complex=True)
+    assert_close(on_tpu.cpu(), spec, rtol=1e-5, atol=1e-4)
+    back = torch.istft(on_tpu, 64, hop_length=16, window=window.to(TPU), length=400)
+    assert_close(back.cpu(), signal, rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_through_the_fft_match_cpu():
+    x = torch.randn(8, 16, requires_grad=True)
+    z = crandn(8, 16).requires_grad_()
+    xt = x.detach().to(TPU).requires_grad_()
+    zt = z.detach().to(TPU).requires_grad_()
+
+    def loss(a, c):
+        spectrum = torch.fft.rfft(a, norm="ortho")
+        mixed = torch.fft.ifft2(c) * torch.fft.fft(c, dim=0).conj()
+        return (spectrum.abs() ** 2).sum() + torch.view_as_real(mixed).pow(2).sum() + torch.fft.irfft(spectrum).sum()
+
+    loss(x, z).backward()
+    loss(xt, zt).backward()
+    assert_close(xt.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+    assert_close(zt.grad.cpu(), z.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_ops_without_a_complex_rule_fall_back_correctly(metrics):
+    x = crandn(4, 5)
+    t = x.to(TPU)
+    # A complex scalar operand, a complex fill, and ops whose rules handle real dtypes only.
+    assert_close((t * (1 + 2j)).cpu(), x * (1 + 2j))
+    assert_close(torch.full((3,), 1 - 1j, device=TPU).cpu(), torch.full((3,), 1 - 1j))
+    assert_close(torch.cumsum(t, 1).cpu(), torch.cumsum(x, 1))
+    assert_close(torch.nn.functional.pad(t, (2, 2), mode="reflect").cpu(),
+                 torch.nn.functional.pad(x, (2, 2), mode="reflect"))
+    assert fallback_ops()  # they ran on the CPU, and said so in the metrics
+
+
+def test_complex_in_fused_mode_and_compile(metrics):
+    z = crandn(8, 8)
+    with torchtpu.eager_mode("fused"):
+        t = z.to(TPU)
+        y = torch.fft.ifft(torch.fft.fft(t) * 2).real.sum(0)
+        assert_close(y.cpu(), torch.fft.ifft(torch.fft.fft(z) * 2).real.sum(0), rtol=1e-5, atol=1e-5)
+
+    def spectrum_power(a):
+        return torch.fft.rfft(a).abs().pow(2).mean(-1)
+
+    compiled = torch.compile(spectrum_power, backend="tpu")
+    x = torch.randn(4, 32)
+    for _ in range(2):
+        assert_close(compiled(x.to(TPU)).cpu(), spectrum_power(x), rtol=1e-5, atol=1e-4)
+    assert fallback_ops() == {}
