@@ -126,13 +126,13 @@ void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Sta
 // Ops whose meta kernels describe other outputs than CPU's kernels return: in eval mode batch norm saves
 // no statistics on CPU (shape [0], the meta kernel says [C]); for 16-bit inputs CPU keeps the saved
 // statistics in the input's dtype (the meta kernel says float32); an unbatched multilabel_margin_loss with
-// reduction='none' is 0-d on CPU ([1] says the meta kernel). Their outputs are shaped by running CPU on
-// stand-ins instead, so tpu returns what CPU does.
+// reduction='none' is 0-d on CPU ([1] says the meta kernel); geqrf has no meta kernel. Their outputs are
+// shaped by running CPU on stand-ins instead, so tpu returns what CPU does.
 bool shaped_on_cpu(const std::string& name) {
   static const std::unordered_set<std::string> ops = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
-      "aten::_batch_norm_with_update", "aten::multilabel_margin_loss_forward"};
+      "aten::_batch_norm_with_update", "aten::multilabel_margin_loss_forward", "aten::geqrf"};
   return ops.count(name) != 0;
 }
 
@@ -495,7 +495,8 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   }
   if (signature->uses_rng) {
     ctx.rng_state = builder.parameter(ir::Type{DType::kU64, {2}}, {ParamSource::Kind::kRngState});
-    for (const ir::Type& t : outputs) signature->rng_draws += 2 * t.numel();  // normal_ draws two per sample
+    // normal_ draws two per sample, and a complex sample is two samples.
+    for (const ir::Type& t : outputs) signature->rng_draws += (is_complex(t.dtype) ? 4 : 2) * t.numel();
   }
 
   std::vector<ir::Value> results;

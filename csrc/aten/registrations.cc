@@ -629,6 +629,8 @@ const std::vector<const char*>& lowered_ops() {
       "gelu_backward",
       "gelu_backward.grad_input",
       "geometric_",
+      "geqrf",
+      "geqrf.a",
       "glu",
       "glu.out",
       "glu_backward",

@@ -81,8 +81,9 @@ Value fft_over(Graph& g, Value x, const std::vector<int64_t>& dims, const char* 
     result_dims.back() = last_length;
     result_dtype = complex_part(t.dtype);
   }
-  Value transformed = g.op("fft", {moved}, Type{result_dtype, result_dims},
-                           "fft_type = #stablehlo<fft_type " + type + ">, fft_length = " + ir::dense_i64_array(lengths));
+  const std::string attributes =
+      "fft_type = #stablehlo<fft_type " + type + ">, fft_length = " + ir::dense_i64_array(lengths);
+  Value transformed = g.op("fft", {moved}, Type{result_dtype, result_dims}, attributes);
   std::vector<int64_t> inverse(order.size());
   for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
   return g.transpose(transformed, inverse);
@@ -152,14 +153,25 @@ bool handles_complex(const std::string& op) {
   // Rules checked with complex operands and results (tests/ops/test_complex.py); each computes in the
   // output dtype, so real operands are converted to complex first.
   static const std::unordered_set<std::string> rules = {
-      "aten::_conj_physical", "aten::_fft_c2c", "aten::_fft_c2r", "aten::_fft_r2c", "aten::abs", "aten::add.Tensor",
-      "aten::addmv", "aten::angle", "aten::bmm", "aten::cat", "aten::clone", "aten::complex",
-      "aten::constant_pad_nd", "aten::copy", "aten::cos", "aten::div.Tensor", "aten::dot", "aten::eq.Tensor",
-      "aten::exp", "aten::fill.Scalar", "aten::fill.Tensor", "aten::linalg_vector_norm", "aten::log", "aten::mean",
-      "aten::mean.dim", "aten::mm", "aten::mul.Tensor", "aten::ne.Tensor", "aten::neg", "aten::polar",
-      "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor", "aten::reciprocal", "aten::roll",
-      "aten::rsqrt", "aten::sgn", "aten::sin", "aten::sqrt", "aten::sub.Tensor", "aten::sum", "aten::sum.dim_IntList",
-      "aten::tanh", "aten::where.self", "aten::zero",
+      "aten::_conj_physical", "aten::_fft_c2c", "aten::_fft_c2r", "aten::_fft_r2c", "aten::abs", "aten::acos",
+      "aten::acosh", "aten::add.Tensor", "aten::addbmm", "aten::addcdiv", "aten::addcmul", "aten::addmm", "aten::addmv",
+      "aten::addr", "aten::all", "aten::all.dim", "aten::angle", "aten::any", "aten::any.dim", "aten::asin",
+      "aten::asinh", "aten::atan", "aten::atanh", "aten::baddbmm", "aten::bmm", "aten::cat", "aten::channel_shuffle",
+      "aten::clone", "aten::complex", "aten::constant_pad_nd", "aten::copy", "aten::cos", "aten::cosh",
+      "aten::count_nonzero.dim_IntList", "aten::cumprod", "aten::cumsum", "aten::diagonal_scatter", "aten::div.Tensor",
+      "aten::dot", "aten::eq.Tensor", "aten::exp", "aten::exp2", "aten::expm1", "aten::eye.m_out", "aten::fill.Scalar",
+      "aten::fill.Tensor", "aten::flip", "aten::gather", "aten::im2col", "aten::index.Tensor", "aten::index_add",
+      "aten::index_copy", "aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor", "aten::index_put",
+      "aten::index_select", "aten::isnan", "aten::linalg_cross", "aten::linalg_vector_norm", "aten::log", "aten::log10",
+      "aten::log1p", "aten::log2", "aten::logical_and", "aten::logical_not", "aten::logical_or", "aten::logical_xor",
+      "aten::masked_fill.Scalar", "aten::masked_fill.Tensor", "aten::masked_scatter", "aten::mean", "aten::mean.dim",
+      "aten::mm", "aten::mul.Tensor", "aten::ne.Tensor", "aten::neg", "aten::nonzero_static", "aten::normal_",
+      "aten::polar", "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor", "aten::prod", "aten::prod.dim_int",
+      "aten::put", "aten::reciprocal", "aten::repeat", "aten::roll", "aten::rsqrt", "aten::rsub.Tensor",
+      "aten::scatter.reduce", "aten::scatter.src", "aten::scatter_add", "aten::sgn", "aten::sigmoid", "aten::silu",
+      "aten::sin", "aten::sinc", "aten::sinh", "aten::sqrt", "aten::sub.Tensor", "aten::sum", "aten::sum.dim_IntList",
+      "aten::take", "aten::tan", "aten::tanh", "aten::trace", "aten::tril", "aten::triu", "aten::where.self",
+      "aten::zero",
   };
   return rules.count(op) != 0;
 }

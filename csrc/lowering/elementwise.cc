@@ -520,7 +520,11 @@ std::vector<Value> lower_addcdiv(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   // CPU refuses an integer quotient (its meaning changed from truncating to true division); the meta kernel
   // does not check.
-  if (!is_floating(ctx.type_of(1).dtype) && !is_floating(ctx.type_of(2).dtype)) {
+  const auto integral = [&](size_t i) {
+    const DType dtype = ctx.type_of(i).dtype;
+    return !is_floating(dtype) && !is_complex(dtype);
+  };
+  if (integral(1) && integral(2)) {
     throw std::invalid_argument(
         "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a true "
         "division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + value * "

@@ -1,6 +1,6 @@
 // Matrix decompositions and what is built on them: Cholesky, triangular solves, LU with partial pivoting
 // (det, slogdet, inv, solve, lu_solve, lu_unpack), symmetric eigendecomposition and SVD (Jacobi), Householder
-// QR (qr, householder_product, ormqr), matrix_exp, and eye.
+// QR (qr, geqrf, householder_product, ormqr), matrix_exp, and eye.
 //
 // Only portable StableHLO: stablehlo.cholesky and stablehlo.triangular_solve where StableHLO has the op,
 // while loops elsewhere; no LAPACK custom calls, which exist only on the CPU. Matrices are the last two dims;
@@ -1059,6 +1059,12 @@ std::vector<Value> lower_linalg_qr(LoweringContext& ctx) {
   return {apply_reflectors(g, compact, tau, identity(g, q_type.dtype, q_type.dims), true, false), r};
 }
 
+// geqrf(self) -> (a, tau): LAPACK's compact QR, as householder_qr builds it.
+std::vector<Value> lower_geqrf(LoweringContext& ctx) {
+  auto [compact, tau] = householder_qr(ctx.graph, ctx.tensor(0));
+  return {compact, tau};
+}
+
 // ---- Matrix exponential ----
 
 // linalg_matrix_exp(self): scaling and squaring around the degree-13 Pade approximant (Higham, 2005), in
@@ -1160,6 +1166,7 @@ void add_linalg_decomposition_rules(std::vector<Rule>& table) {
   table.push_back({"aten::linalg_lu_solve", &lower_linalg_lu_solve});
   table.push_back({"aten::linalg_matrix_exp", &lower_linalg_matrix_exp});
   table.push_back({"aten::linalg_qr", &lower_linalg_qr});
+  table.push_back({"aten::geqrf", &lower_geqrf});
   table.push_back({"aten::linalg_solve_triangular", &lower_linalg_solve_triangular});
   table.push_back({"aten::lu_unpack", &lower_lu_unpack});
   table.push_back({"aten::ormqr", &lower_ormqr});

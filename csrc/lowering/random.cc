@@ -63,9 +63,24 @@ Value normal_with_scalar_moments(LoweringContext& ctx) {
   return shift_and_scale(g, z, g.constant(ctx.real(1), dtype, t.dims), g.constant(ctx.real(2), dtype, t.dims));
 }
 
-// normal_(self, mean, std, generator)
+// normal_(self, mean, std, generator). A complex tensor draws its parts like torch's view_as_real(self):
+// each part normal(mean, std / sqrt(2)).
 std::vector<Value> lower_normal(LoweringContext& ctx) {
-  return {ctx.graph.convert(normal_with_scalar_moments(ctx), out(ctx).dtype)};
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  if (!is_complex(t.dtype)) return {g.convert(normal_with_scalar_moments(ctx), t.dtype)};
+  const DType part = complex_part(t.dtype);
+  std::vector<int64_t> pairs = t.dims;
+  pairs.push_back(2);
+  Value z = shift_and_scale(g, standard_normal(g, ctx.rng_state, pairs, part), g.constant(ctx.real(1), part, pairs),
+                            g.constant(ctx.real(2) / std::sqrt(2.0), part, pairs));
+  std::vector<int64_t> start(pairs.size(), 0), limit = pairs, unit(pairs.size(), 1);
+  limit.back() = 1;
+  Value re = g.reshape(g.slice(z, start, limit, unit), t.dims);
+  start.back() = 1;
+  limit.back() = 2;
+  Value im = g.reshape(g.slice(z, start, limit, unit), t.dims);
+  return {g.complex(re, im)};
 }
 
 // normal.Tensor_Tensor / Tensor_float / float_Tensor (mean, std, generator): the tensor arguments broadcast. A

@@ -1,7 +1,7 @@
 """torchtpu.aot: every program the test models emit compiles for real TPU topologies (libtpu, no TPU needed).
 
-The CI step is test_every_workload_program_compiles_for_tpu: it runs the MLP, CNN, GPT, LSTM and a Hugging Face
-Llama forward and training step on the CPU plugin in a fresh process, records each distinct program and
+The CI step is test_every_workload_program_compiles_for_tpu: it runs the MLP, CNN, GPT, LSTM, an FFT mixer and a
+Hugging Face Llama forward and training step on the CPU plugin in a fresh process, records each distinct program and
 AOT-compiles them for v5e and v6e, failing on any rejected program with the op that built it. libtpu comes
 from requirements.txt (the `torchtpu[tpu]` extra)."""
 from __future__ import annotations
@@ -134,3 +134,6 @@ def test_every_workload_program_compiles_for_tpu(tmp_path):
         # The sharded GPT's step, forward, backward and optimizer, as 4-way partitioned programs.
         partitioned = {r["op"] for r in results if r["workload"] == "gpt_spmd" and r["partitions"] == 4}
         assert {"aten::addmm", "aten::mm", "aten::_foreach_mul_.Tensor"} <= partitioned, sorted(partitioned)
+        # Complex64 programs: the FFT mixer's transforms, forward and backward.
+        spectral = {r["op"] for r in results if r["workload"] == "spectral"}
+        assert {"aten::_fft_c2c", "aten::_fft_r2c", "aten::abs"} <= spectral, sorted(spectral)

@@ -1,6 +1,6 @@
 """The workloads torchtpu.aot checks for TPU readiness: the models of the test suite (MLP, CNN, GPT, the GPT
-through torchtpu's Pallas kernels, the GPT sharded over every device (SPMD), LSTM) and a Hugging Face Llama
-forward and training step built from a tiny local config (nothing downloaded).
+through torchtpu's Pallas kernels, the GPT sharded over every device (SPMD), LSTM, an FFT mixer) and a
+Hugging Face Llama forward and training step built from a tiny local config (nothing downloaded).
 
 Each builder makes its model and data on ``device`` (seeded) and returns one step; the checker runs a few
 steps, so the programs of the first step (optimizer state creation) and of the steady state are all seen.
@@ -105,6 +105,31 @@ def make_lstm(device) -> Step:
     return _train_step(model, opt, F.mse_loss, x, y)
 
 
+def make_spectral(device) -> Step:
+    """An FNet-style mixer (token mixing by the real part of a 2-d FFT, then an MLP) and a spectral loss
+    (rfft magnitudes), AdamW: complex64 programs, stablehlo.fft forward and backward."""
+    torch.manual_seed(0)
+
+    class FourierMixer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(32)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x + torch.fft.fft2(self.norm(x)).real
+            return x + self.mlp(x)
+
+    model = FourierMixer().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, 16, 32).to(device), torch.randn(4, 16, 32).to(device)
+
+    def loss(out, target):
+        return F.mse_loss(torch.fft.rfft(out, dim=1).abs(), torch.fft.rfft(target, dim=1).abs())
+
+    return _train_step(model, opt, loss, x, y)
+
+
 def _llama(device):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -151,6 +176,7 @@ WORKLOADS: dict[str, Callable[[object], Step]] = {
     "gpt_kernels": make_gpt_kernels,
     "gpt_spmd": make_gpt_spmd,
     "lstm": make_lstm,
+    "spectral": make_spectral,
     "llama_forward": make_llama_forward,
     "llama_train": make_llama_train,
 }
