@@ -187,7 +187,7 @@ def test_ops_without_a_complex_rule_fall_back_correctly(metrics):
     assert_close((t * (1 + 2j)).cpu(), x * (1 + 2j))
     assert_close(torch.full((3,), 1 - 1j, device=TPU).cpu(), torch.full((3,), 1 - 1j))
     assert_close(torch.var(t, 1).cpu(), torch.var(x, 1))
-    assert_close(torch.linalg.solve(t[:, :4], t).cpu(), torch.linalg.solve(x[:, :4], x), rtol=1e-4, atol=1e-4)
+    assert_close(torch.linalg.svdvals(t).cpu(), torch.linalg.svdvals(x), rtol=1e-4, atol=1e-4)
     assert_close(torch.nn.functional.pad(t, (2, 2), mode="reflect").cpu(),
                  torch.nn.functional.pad(x, (2, 2), mode="reflect"))
     assert fallback_ops()  # they ran on the CPU, and said so in the metrics
@@ -207,4 +207,30 @@ def test_complex_in_fused_mode_and_compile(metrics):
     x = torch.randn(4, 32)
     for _ in range(2):
         assert_close(compiled(x.to(TPU)).cpu(), spectrum_power(x), rtol=1e-5, atol=1e-4)
+    assert fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_lu_family_solves_inverts_and_differentiates(dtype, metrics):
+    a, b, c = crandn(2, 4, 4, dtype=dtype), crandn(2, 4, 3, dtype=dtype), crandn(2, 3, 4, dtype=dtype)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.complex64 else dict(rtol=1e-10, atol=1e-10)
+    lu, pivots = torch.linalg.lu_factor(a)
+    lu_t, pivots_t = torch.linalg.lu_factor(a.to(TPU))
+    assert torch.equal(pivots_t.cpu(), pivots)  # LAPACK's pivots: largest |re| + |im|
+    for left in (True, False):
+        for adjoint in (False, True):
+            rhs = b if left else c
+            got = torch.linalg.lu_solve(lu_t, pivots_t, rhs.to(TPU), left=left, adjoint=adjoint)
+            assert_close(got.cpu(), torch.linalg.lu_solve(lu, pivots, rhs, left=left, adjoint=adjoint), **tol)
+    assert_close(torch.linalg.inv(a.to(TPU)).cpu(), torch.linalg.inv(a), **tol)
+    assert_close(torch.linalg.det(a.to(TPU)).cpu(), torch.linalg.det(a), **tol)
+    sign, logabsdet = torch.linalg.slogdet(a.to(TPU))
+    assert_close((sign.cpu(), logabsdet.cpu()), tuple(torch.linalg.slogdet(a)), **tol)
+    assert_close(torch.linalg.solve(a.to(TPU), c.to(TPU), left=False).cpu(), torch.linalg.solve(a, c, left=False),
+                 **tol)
+    x = a[0].clone().requires_grad_()
+    xt = a[0].to(TPU).requires_grad_()
+    torch.view_as_real(torch.linalg.solve(x, b[0])).pow(2).sum().backward()
+    torch.view_as_real(torch.linalg.solve(xt, b[0].to(TPU))).pow(2).sum().backward()
+    assert_close(xt.grad.cpu(), x.grad, **tol)
     assert fallback_ops() == {}

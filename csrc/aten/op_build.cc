@@ -21,6 +21,7 @@
 #include "aten/value_checks.h"
 #include "aot/recorder.h"
 #include "cache/disk_cache.h"
+#include "lowering/helpers.h"
 #include "lowering/view.h"
 #include "runtime/plugin.h"
 
@@ -200,7 +201,7 @@ class ProgramBuilder {
   // A tensor's value from its storage's: a conj() or neg view (conjugate / negative bit, set by torch
   // without touching the data; matrix products and copy_ receive them unresolved) applies its operation.
   ir::Value apply_lazy_bits(const at::Tensor& t, ir::Value value) {
-    if (t.is_conj()) value = graph_.complex(graph_.real(value), graph_.unary("negate", graph_.imag(value)));
+    if (t.is_conj()) value = lowering::conjugate(graph_, value);
     if (t.is_neg()) value = graph_.unary("negate", value);
     return value;
   }

@@ -33,12 +33,7 @@ std::vector<Value> lower_polar(LoweringContext& ctx) {
                     g.binary("multiply", magnitude, g.unary("sine", angle)))};
 }
 
-std::vector<Value> lower_conj_physical(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
-  Value x = ctx.tensor(0);
-  if (!is_complex(g.type(x).dtype)) return {x};
-  return {g.complex(g.real(x), g.unary("negate", g.imag(x)))};
-}
+std::vector<Value> lower_conj_physical(LoweringContext& ctx) { return {conjugate(ctx.graph, ctx.tensor(0))}; }
 
 // ---- FFT ---------------------------------------------------------------------------------------------
 // PyTorch's normalization argument (fft_norm_mode): 0 none, 1 by 1/sqrt(n), 2 by 1/n, n the signal size.
@@ -153,17 +148,19 @@ bool handles_complex(const std::string& op) {
   // Rules checked with complex operands and results (tests/ops/test_complex.py); each computes in the
   // output dtype, so real operands are converted to complex first.
   static const std::unordered_set<std::string> rules = {
-      "aten::_conj_physical", "aten::_fft_c2c", "aten::_fft_c2r", "aten::_fft_r2c", "aten::abs", "aten::acos",
-      "aten::acosh", "aten::add.Tensor", "aten::addbmm", "aten::addcdiv", "aten::addcmul", "aten::addmm", "aten::addmv",
-      "aten::addr", "aten::all", "aten::all.dim", "aten::angle", "aten::any", "aten::any.dim", "aten::asin",
-      "aten::asinh", "aten::atan", "aten::atanh", "aten::baddbmm", "aten::bmm", "aten::cat", "aten::channel_shuffle",
-      "aten::clone", "aten::complex", "aten::constant_pad_nd", "aten::copy", "aten::cos", "aten::cosh",
-      "aten::count_nonzero.dim_IntList", "aten::cumprod", "aten::cumsum", "aten::diagonal_scatter", "aten::div.Tensor",
-      "aten::dot", "aten::eq.Tensor", "aten::exp", "aten::exp2", "aten::expm1", "aten::eye.m_out", "aten::fill.Scalar",
-      "aten::fill.Tensor", "aten::flip", "aten::gather", "aten::im2col", "aten::index.Tensor", "aten::index_add",
-      "aten::index_copy", "aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor", "aten::index_put",
-      "aten::index_select", "aten::isnan", "aten::linalg_cross", "aten::linalg_vector_norm", "aten::log", "aten::log10",
-      "aten::log1p", "aten::log2", "aten::logical_and", "aten::logical_not", "aten::logical_or", "aten::logical_xor",
+      "aten::_conj_physical", "aten::_fft_c2c", "aten::_fft_c2r", "aten::_fft_r2c", "aten::_linalg_det",
+      "aten::_linalg_slogdet", "aten::_linalg_solve_ex", "aten::abs", "aten::acos", "aten::acosh", "aten::add.Tensor",
+      "aten::addbmm", "aten::addcdiv", "aten::addcmul", "aten::addmm", "aten::addmv", "aten::addr", "aten::all",
+      "aten::all.dim", "aten::angle", "aten::any", "aten::any.dim", "aten::asin", "aten::asinh", "aten::atan",
+      "aten::atanh", "aten::baddbmm", "aten::bmm", "aten::cat", "aten::channel_shuffle", "aten::clone", "aten::complex",
+      "aten::constant_pad_nd", "aten::copy", "aten::cos", "aten::cosh", "aten::count_nonzero.dim_IntList",
+      "aten::cumprod", "aten::cumsum", "aten::diagonal_scatter", "aten::div.Tensor", "aten::dot", "aten::eq.Tensor",
+      "aten::exp", "aten::exp2", "aten::expm1", "aten::eye.m_out", "aten::fill.Scalar", "aten::fill.Tensor",
+      "aten::flip", "aten::gather", "aten::im2col", "aten::index.Tensor", "aten::index_add", "aten::index_copy",
+      "aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor", "aten::index_put", "aten::index_select",
+      "aten::isnan", "aten::linalg_cross", "aten::linalg_inv_ex", "aten::linalg_lu", "aten::linalg_lu_factor_ex",
+      "aten::linalg_lu_solve", "aten::linalg_vector_norm", "aten::log", "aten::log10", "aten::log1p", "aten::log2",
+      "aten::logical_and", "aten::logical_not", "aten::logical_or", "aten::logical_xor", "aten::lu_unpack",
       "aten::masked_fill.Scalar", "aten::masked_fill.Tensor", "aten::masked_scatter", "aten::mean", "aten::mean.dim",
       "aten::mm", "aten::mul.Tensor", "aten::ne.Tensor", "aten::neg", "aten::nonzero_static", "aten::normal_",
       "aten::polar", "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor", "aten::prod", "aten::prod.dim_int",

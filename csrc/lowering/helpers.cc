@@ -38,6 +38,11 @@ Value magnitude(Graph& g, Value x) {
   return g.op("abs", {x}, Type{complex_part(t.dtype), t.dims});  // stablehlo.abs changes the element type
 }
 
+Value conjugate(Graph& g, Value x) {
+  if (!is_complex(g.type(x).dtype)) return x;
+  return g.complex(g.real(x), g.unary("negate", g.imag(x)));
+}
+
 std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t rank) {
   std::vector<int64_t> out;
   if (dims.empty()) {

@@ -13,6 +13,8 @@ Value broadcast_to(Graph& g, Value x, const std::vector<int64_t>& dims);
 Value cast_to(Graph& g, Value x, const Type& target);
 // |x|; of a complex value, its real magnitude.
 Value magnitude(Graph& g, Value x);
+// The complex conjugate; a real value as it is.
+Value conjugate(Graph& g, Value x);
 // Wraps negative dims and sorts; an empty list means every dim (PyTorch's reduction convention).
 std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t rank);
 // A possibly negative dim index as a position in [0, rank) (0-d tensors accept dim 0 and -1).

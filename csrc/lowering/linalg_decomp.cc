@@ -114,14 +114,14 @@ Value vector_element(Graph& g, Value v, Value k) {
   return g.reshape(dynamic_slice(g, v, starts, sizes), {t.dims.begin(), t.dims.end() - 1});
 }
 
-// stablehlo.triangular_solve: op(a) x = b (left) or x op(a) = b, reading only a's named triangle. a and b
-// share their batch dims.
+// stablehlo.triangular_solve: op(a) x = b (left) or x op(a) = b, reading only a's named triangle; op(a) is
+// a, or with `transpose_a` its adjoint (the transpose, for real a). a and b share their batch dims.
 Value triangular_solve(Graph& g, Value a, Value b, bool left, bool lower, bool unit_diagonal, bool transpose_a) {
   const std::string attributes = std::string("left_side = ") + (left ? "true" : "false") +
                                  ", lower = " + (lower ? "true" : "false") +
                                  ", unit_diagonal = " + (unit_diagonal ? "true" : "false") +
                                  ", transpose_a = #stablehlo<transpose " +
-                                 (transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
+                                 (transpose_a ? "ADJOINT" : "NO_TRANSPOSE") + ">";
   return g.op("triangular_solve", {a, b}, g.type(b), attributes);
 }
 
@@ -276,8 +276,8 @@ struct Lu {
 };
 
 // Right-looking LU with partial pivoting, one column per loop step. The pivot is the first largest |a| in
-// the column on or below the diagonal, as LAPACK's getrf picks it; a zero pivot column is left unscaled and
-// recorded in info.
+// the column on or below the diagonal (|re| + |im| for complex a), as LAPACK's getrf picks it; a zero pivot
+// column is left unscaled and recorded in info.
 Lu lu_factor(Graph& g, Value a) {
   const Type t = g.type(a);
   const std::vector<int64_t> batch = batch_of(t);
@@ -302,8 +302,11 @@ Lu lu_factor(Graph& g, Value a) {
     const std::vector<int64_t> vector_dims = append(batch, {m});
     Value vector_rows = g.iota(Type{DType::kI64, vector_dims}, batch_rank);
     Value eligible = g.compare(vector_rows, g.broadcast_in_dim(k, vector_dims, {}), ir::Comparison::kGE);
-    Value magnitude = g.select(eligible, g.unary("abs", column), g.constant(-1, t.dtype, vector_dims));
-    Value largest = g.reduce(magnitude, g.constant(-1, t.dtype), {batch_rank}, ir::Reducer::kMax);
+    Value size = is_complex(t.dtype) ? g.binary("add", g.unary("abs", g.real(column)), g.unary("abs", g.imag(column)))
+                                     : g.unary("abs", column);
+    const DType size_dtype = g.type(size).dtype;
+    Value magnitude = g.select(eligible, size, g.constant(-1, size_dtype, vector_dims));
+    Value largest = g.reduce(magnitude, g.constant(-1, size_dtype), {batch_rank}, ir::Reducer::kMax);
     Value is_largest = g.compare(magnitude, g.broadcast_in_dim(largest, vector_dims, dim_range(0, batch_rank)),
                                  ir::Comparison::kEQ);
     Value row_or_end = g.select(is_largest, vector_rows, g.constant_int(m, DType::kI64, vector_dims));
@@ -413,23 +416,28 @@ Value invert_permutation(Graph& g, Value permutation) {
   return g.reduce(positions, g.constant_int(0, DType::kI64), {batch_rank + 1}, ir::Reducer::kAdd);
 }
 
-// Solves A X = B (or A^T X = B when adjoint) from A's LU factors; lu [..., n, n], b [..., n, k] with equal
+// Solves A X = B (or A^H X = B when adjoint) from A's LU factors; lu [..., n, n], b [..., n, k] with equal
 // batch dims, permutation from the pivots.
 Value lu_solve_left(Graph& g, Value lu, Value permutation, Value b, bool adjoint) {
   if (!adjoint) {  // A = P L U: X = U^-1 L^-1 P^T B
     Value y = triangular_solve(g, lu, gather_rows(g, b, permutation), true, true, true, false);
     return triangular_solve(g, lu, y, true, false, false, false);
   }
-  // A^T = U^T L^T P^T: X = P L^-T U^-T B
+  // A^H = U^H L^H P^T: X = P L^-H U^-H B
   Value y = triangular_solve(g, lu, b, true, false, false, true);
   Value z = triangular_solve(g, lu, y, true, true, true, true);
   return gather_rows(g, z, invert_permutation(g, permutation));
 }
 
-// Solves op(A) X = B (left) or X op(A) = B via the transposed system.
+// Solves op(A) X = B (left) or X op(A) = B, op(A) being A or A^H, via the transposed system: X A = B is
+// A^H conj(X)^T = conj(B)^T, and X A^H = B is conj(A) X^T = B^T.
 Value lu_solve(Graph& g, Value lu, Value permutation, Value b, bool left, bool adjoint) {
   if (left) return lu_solve_left(g, lu, permutation, b, adjoint);
-  return transpose_matrix(g, lu_solve_left(g, lu, permutation, transpose_matrix(g, b), !adjoint));
+  if (!adjoint) {
+    Value y = lu_solve_left(g, lu, permutation, conjugate(g, transpose_matrix(g, b)), true);
+    return transpose_matrix(g, conjugate(g, y));
+  }
+  return transpose_matrix(g, lu_solve_left(g, conjugate(g, lu), permutation, transpose_matrix(g, b), false));
 }
 
 void require_pivoting(const LoweringContext& ctx, size_t arg) {
@@ -542,8 +550,8 @@ std::vector<Value> lower_linalg_slogdet(LoweringContext& ctx) {
   const Type& d = g.type(diagonal);
   Value signs = g.reduce(g.unary("sign", diagonal), g.constant(1, d.dtype), {d.rank() - 1}, ir::Reducer::kMul);
   Value sign = g.binary("multiply", signs, permutation_sign(g, lu.pivots, d.dtype));
-  Value logabsdet = g.reduce(g.unary("log", g.unary("abs", diagonal)), g.constant(0, d.dtype), {d.rank() - 1},
-                             ir::Reducer::kAdd);
+  Value logs = g.unary("log", magnitude(g, diagonal));
+  Value logabsdet = g.reduce(logs, g.constant(0, g.type(logs).dtype), {d.rank() - 1}, ir::Reducer::kAdd);
   return {sign, logabsdet, lu.lu, lu.pivots};
 }
 
