@@ -72,6 +72,9 @@ CASES = {
     "floor_divide": lambda d: _long([4, 5], d) // 0,
     "remainder": lambda d: _long([4, 5], d) % _long([0, 1], d),
     "fmod": lambda d: torch.fmod(torch.tensor([4, 5], dtype=torch.int32, device=d), 0),
+    "cholesky": lambda d: torch.cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]], device=d)),
+    "cholesky_batched": lambda d: torch.cholesky(torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 2.0], [2.0, 1.0]]],
+                                                              device=d), upper=True),
 }
 
 

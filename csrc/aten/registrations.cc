@@ -479,6 +479,8 @@ const std::vector<const char*>& lowered_ops() {
       "ceil_",
       "channel_shuffle",
       "channel_shuffle.out",
+      "cholesky",
+      "cholesky.out",
       "cholesky_inverse",
       "cholesky_inverse.out",
       "clamp",

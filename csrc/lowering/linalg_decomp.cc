@@ -181,14 +181,12 @@ std::pair<Value, Value> cholesky_failures(Graph& g, Value a, Value failed) {
   return {r[1], r[2]};
 }
 
-// linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info). stablehlo.cholesky gives no position of a
+// The Cholesky factor (lower, or upper) and LAPACK's info. stablehlo.cholesky gives no position of a
 // failure (XLA fills a failed factor with NaN), so failed batch elements are refactored step by step for
-// LAPACK's info and partial factor. check_errors is raised by linalg.cholesky's own _linalg_check_errors call.
-std::vector<Value> lower_linalg_cholesky_ex(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
-  const bool upper = ctx.boolean(1);
+// LAPACK's info and partial factor.
+std::pair<Value, Value> cholesky_with_info(Graph& g, Value input, bool upper) {
   // The upper factor of A is the transposed lower factor of A^T.
-  Value a = upper ? transpose_matrix(g, ctx.tensor(0)) : ctx.tensor(0);
+  Value a = upper ? transpose_matrix(g, input) : input;
   Value factor = cholesky_factor(g, a, false);
   Value diagonal = diagonal_of(g, factor);
   const Type& d = g.type(diagonal);
@@ -199,6 +197,24 @@ std::vector<Value> lower_linalg_cholesky_ex(LoweringContext& ctx) {
   factor = g.select(g.broadcast_in_dim(failed, t.dims, dim_range(0, t.rank() - 2)), keep_triangle(g, partial, true),
                     factor);
   return {upper ? transpose_matrix(g, factor) : factor, info};
+}
+
+// linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info). check_errors is raised by linalg.cholesky's
+// own _linalg_check_errors call.
+std::vector<Value> lower_linalg_cholesky_ex(LoweringContext& ctx) {
+  auto [factor, info] = cholesky_with_info(ctx.graph, ctx.tensor(0), ctx.boolean(1));
+  return {factor, info};
+}
+
+// cholesky(self, upper), deprecated: CPU raises for a matrix that is not positive-definite, here a device-side
+// check raising at the next sync point (docs/value_checks.md).
+std::vector<Value> lower_cholesky(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  auto [factor, info] = cholesky_with_info(g, ctx.tensor(0), ctx.boolean(1));
+  const Type& t = g.type(info);
+  ctx.check(CheckKind::kNotPositiveDefinite, g.compare(info, g.constant_int(0, t.dtype, t.dims), ir::Comparison::kNE),
+            g.convert(info, DType::kI64), {t.rank() > 0 ? 1 : 0});
+  return {factor};
 }
 
 // cholesky_inverse(self, upper): (L L^T)^-1 = L^-T L^-1, or (U^T U)^-1 = U^-1 U^-T, from the factor's triangle.
@@ -1167,6 +1183,7 @@ void add_linalg_decomposition_rules(std::vector<Rule>& table) {
   table.push_back({"aten::eye.m_out", &lower_eye_out});
   table.push_back({"aten::eye.out", &lower_eye_out});
   table.push_back({"aten::linalg_cholesky_ex", &lower_linalg_cholesky_ex});
+  table.push_back({"aten::cholesky", &lower_cholesky});
   table.push_back({"aten::linalg_householder_product", &lower_linalg_householder_product});
   table.push_back({"aten::linalg_inv_ex", &lower_linalg_inv_ex});
   table.push_back({"aten::linalg_lu", &lower_linalg_lu});

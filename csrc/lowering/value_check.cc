@@ -84,6 +84,10 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
       return "Class values must be non-negative.";
     case CheckKind::kClassTooLarge:
       return "Class values must be smaller than num_classes.";
+    case CheckKind::kNotPositiveDefinite:
+      return std::string("cholesky: ") + (fact(0) == "1" ? "(Batch element " + std::to_string(position) + "): " : "") +
+             "The factorization could not be completed because the input is not positive-definite (the leading "
+             "minor of order " + v + " is not positive-definite).";
   }
   return "value check failed";
 }

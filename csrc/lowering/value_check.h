@@ -35,6 +35,7 @@ enum class CheckKind {
   kBernoulliP,         // "Expected p_in >= 0 && p_in <= 1 to be true, but got false. ..." (bernoulli)
   kClassNegative,      // "Class values must be non-negative." (one_hot)
   kClassTooLarge,      // "Class values must be smaller than num_classes." (one_hot)
+  kNotPositiveDefinite,  // facts {batched}: "cholesky: (Batch element 1): The factorization could not be ..."
 };
 
 // One check of a program: its word is i64[3] (failed 0/1, the first failing element's value, its flat
