@@ -1,5 +1,5 @@
-"""histogram on tpu against CPU: equal-width bins over a range or the data, given edges, weights, density,
-elements on edges, outside the range and NaN; bad arguments raise CPU's errors."""
+"""histogram and histogramdd on tpu against CPU: equal-width bins over a range or the data, given edges,
+weights, density, elements on edges, outside the range and NaN; bad arguments raise CPU's errors."""
 import pytest
 import torch
 from torch.testing import assert_close
@@ -34,6 +34,32 @@ def test_histogram_matches_cpu(dtype):
     edges = torch.tensor([-2.0, -0.5, 0.0, 0.1, 3.0], dtype=dtype)
     check(x, edges)
     check(x, edges, weight=weight, density=True)
+    assert fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_histogramdd_matches_cpu(dtype, metrics):
+    def check_dd(x, bins, **kwargs):
+        expected = torch.histogramdd(x, bins, **kwargs)
+        tpu_bins = [b.to("tpu") for b in bins] if isinstance(bins, list) and isinstance(bins[0], torch.Tensor) \
+            else bins
+        tpu_kwargs = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        actual = torch.histogramdd(x.to("tpu"), tpu_bins, **tpu_kwargs)
+        assert_close(actual.hist.cpu(), expected.hist)
+        for got, want in zip(actual.bin_edges, expected.bin_edges):
+            assert_close(got.cpu(), want)
+
+    points = torch.randn(2, 40, 3, dtype=dtype)
+    weight = torch.rand(2, 40, dtype=dtype)
+    check_dd(points, [3, 4, 2])
+    check_dd(points, [2, 5, 3], range=[-1.0, 1.0, 0.0, 2.0, -0.5, 0.5], weight=weight, density=True)
+    check_dd(torch.full((6, 2), 1.0, dtype=dtype), [2, 2])  # equal min and max widen by 0.5
+    check_dd(torch.empty(0, 2, dtype=dtype), [3, 3])
+    with_nan = torch.tensor([[0.0, 0.5], [1.0, 1.0], [float("nan"), 0.2], [0.5, 2.0]], dtype=dtype)
+    check_dd(with_nan, [2, 2], range=[0.0, 1.0, 0.0, 1.0])
+    edges = [torch.tensor([-2.0, 0.0, 0.5, 3.0], dtype=dtype), torch.tensor([-1.0, 1.0], dtype=dtype),
+             torch.tensor([-3.0, -1.0, 0.0, 1.0, 3.0], dtype=dtype)]
+    check_dd(points, edges, weight=weight, density=True)
     assert fallback_ops() == {}
 
 

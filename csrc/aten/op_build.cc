@@ -127,13 +127,14 @@ void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Sta
 // Ops whose meta kernels describe other outputs than CPU's kernels return: in eval mode batch norm saves
 // no statistics on CPU (shape [0], the meta kernel says [C]); for 16-bit inputs CPU keeps the saved
 // statistics in the input's dtype (the meta kernel says float32); an unbatched multilabel_margin_loss with
-// reduction='none' is 0-d on CPU ([1] says the meta kernel); geqrf has no meta kernel. Their outputs are
-// shaped by running CPU on stand-ins instead, so tpu returns what CPU does.
+// reduction='none' is 0-d on CPU ([1] says the meta kernel); geqrf and histogramdd's ops have no meta
+// kernel. Their outputs are shaped by running CPU on stand-ins instead, so tpu returns what CPU does.
 bool shaped_on_cpu(const std::string& name) {
   static const std::unordered_set<std::string> ops = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
-      "aten::_batch_norm_with_update", "aten::multilabel_margin_loss_forward", "aten::geqrf"};
+      "aten::_batch_norm_with_update", "aten::multilabel_margin_loss_forward", "aten::geqrf",
+      "aten::_histogramdd_bin_edges", "aten::_histogramdd_from_bin_cts", "aten::_histogramdd_from_bin_tensors"};
   return ops.count(name) != 0;
 }
 
@@ -194,7 +195,8 @@ class ProgramBuilder {
     // The common case, a tensor that is its whole buffer as shaped, reads the parameter itself.
     const bool whole_buffer =
         replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims);
-    ir::Value value = whole_buffer ? whole : lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element));
+    ir::Value value =
+        whole_buffer ? whole : lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element));
     return apply_lazy_bits(t, value);
   }
 
