@@ -1,5 +1,5 @@
 """Matrix decompositions and solvers (csrc/lowering/linalg_decomp.cc) against CPU PyTorch, with no CPU
-fallback: Cholesky, triangular solves, LU and what is built on it, eigh, SVD, QR, matrix_exp, eye.
+fallback: Cholesky, triangular solves, LU and what is built on it, eigh, SVD, QR, lstsq, matrix_exp, eye.
 
 Tolerances: float32 results at rtol=1e-4/atol=1e-4 (the algorithms differ from LAPACK's, so results agree
 to a few ulps times the condition of the problem, not bit for bit); integer results (pivots, info) exactly.
@@ -237,3 +237,22 @@ def test_eye():
     assert torch.equal(torch.eye(3, dtype=torch.int64, device="tpu").cpu(), torch.eye(3, dtype=torch.int64))
     assert torch.equal(torch.eye(2, dtype=torch.bool, device="tpu").cpu(), torch.eye(2, dtype=torch.bool))
 
+
+
+def test_lstsq_matches_cpu_for_gelsy_and_gels():
+    cases = [((5, 3), (5, 2)), ((2, 3, 5), (2, 3, 2)), ((4, 4), (4, 1)), ((2, 3, 6, 2), (2, 3, 6, 3)), ((5, 3), (5,))]
+    for a_shape, b_shape in cases:
+        a, b = torch.randn(a_shape), torch.randn(b_shape)
+        for driver in (None, "gelsy", "gels"):
+            got = torch.linalg.lstsq(a.to("tpu"), b.to("tpu"), driver=driver)
+            want = torch.linalg.lstsq(a, b, driver=driver)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and g.dtype == w.dtype
+                torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-4)
+    # Rank-deficient: the minimum-norm solution and the effective rank, as gelsy finds them.
+    a = torch.randn(6, 4)
+    a[:, 3] = a[:, 1] + a[:, 2]
+    b = torch.randn(6, 2)
+    got, want = torch.linalg.lstsq(a.to("tpu"), b.to("tpu")), torch.linalg.lstsq(a, b)
+    torch.testing.assert_close(got.solution.cpu(), want.solution, rtol=1e-4, atol=1e-4)
+    assert got.rank.item() == want.rank.item() == 3

@@ -127,14 +127,15 @@ void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Sta
 // Ops whose meta kernels describe other outputs than CPU's kernels return: in eval mode batch norm saves
 // no statistics on CPU (shape [0], the meta kernel says [C]); for 16-bit inputs CPU keeps the saved
 // statistics in the input's dtype (the meta kernel says float32); an unbatched multilabel_margin_loss with
-// reduction='none' is 0-d on CPU ([1] says the meta kernel); geqrf and histogramdd's ops have no meta
-// kernel. Their outputs are shaped by running CPU on stand-ins instead, so tpu returns what CPU does.
+// reduction='none' is 0-d on CPU ([1] says the meta kernel); geqrf, histogramdd's ops and lstsq have no
+// meta kernel. Their outputs are shaped by running CPU on stand-ins instead, so tpu returns what CPU does.
 bool shaped_on_cpu(const std::string& name) {
   static const std::unordered_set<std::string> ops = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
       "aten::_batch_norm_with_update", "aten::multilabel_margin_loss_forward", "aten::geqrf",
-      "aten::_histogramdd_bin_edges", "aten::_histogramdd_from_bin_cts", "aten::_histogramdd_from_bin_tensors"};
+      "aten::_histogramdd_bin_edges", "aten::_histogramdd_from_bin_cts", "aten::_histogramdd_from_bin_tensors",
+      "aten::linalg_lstsq", "aten::linalg_lstsq.out"};
   return ops.count(name) != 0;
 }
 
@@ -505,6 +506,8 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   std::vector<ir::Value> results;
   try {
     results = info.rule->lower(ctx);
+  } catch (const lowering::NotLowered&) {
+    throw RunsOnCpu{};
   } catch (const c10::Error&) {
     throw;
   } catch (const std::exception& e) {

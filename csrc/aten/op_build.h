@@ -14,7 +14,8 @@ namespace torchtpu::aten {
 
 // Thrown while keying or building a call that runs through the CPU fallback instead: the meta kernel cannot
 // infer its output shapes but CPU accepts the arguments (the shape depends on the data: x[bool_mask], ...),
-// or it has complex values and its rule is written for real ones (lowering::handles_complex).
+// it has complex values and its rule is written for real ones (lowering::handles_complex), or its rule does
+// not lower these arguments (lowering::NotLowered).
 struct RunsOnCpu {};
 
 // Builds and compiles the program for this call. Raises CPU's error for bad arguments. Resizes out=

@@ -765,6 +765,8 @@ const std::vector<const char*>& lowered_ops() {
       "linalg_householder_product.out",
       "linalg_inv_ex",
       "linalg_inv_ex.inverse",
+      "linalg_lstsq",
+      "linalg_lstsq.out",
       "linalg_lu",
       "linalg_lu.out",
       "linalg_lu_factor_ex",

@@ -934,6 +934,63 @@ std::vector<Value> lower_linalg_svd(LoweringContext& ctx) {
   return {left, svd.s, transpose_matrix(g, svd.v)};
 }
 
+// linalg_lstsq(A, B, rcond?, *, driver?) -> (solution, residuals, rank, singular_values) for the drivers
+// gelsy (the CPU's default) and gels: the minimum-norm least-squares solution, here through the SVD. gelsy
+// returns the rank, the number of singular values above rcond times the largest (rcond defaults to
+// eps * max(m, n)); gels, which assumes full rank, returns the squared residuals of a tall A instead. gelsd
+// and gelss return residuals only for full-rank data, a shape no program can know beforehand: they run on
+// the CPU.
+std::vector<Value> lower_linalg_lstsq(LoweringContext& ctx) {
+  if (!ctx.is_none(3) && ctx.text(3) != "gelsy" && ctx.text(3) != "gels") throw NotLowered{};
+  Graph& g = ctx.graph;
+  const Type& a_type = ctx.type_of(0);
+  const Type& b_type = ctx.type_of(1);
+  const Type& solution = out(ctx, 0);
+  const DType dtype = solution.dtype;
+  const int64_t m = a_type.dims.end()[-2], n = a_type.dims.back();
+  // B is a vector (or a batch of them) as torch reads it: 1-d, or A's shape without its last dim.
+  const bool vector =
+      b_type.rank() == 1 || b_type.dims == std::vector<int64_t>(a_type.dims.begin(), a_type.dims.end() - 1);
+  const std::vector<int64_t> batch(solution.dims.begin(), solution.dims.end() - (vector ? 1 : 2));
+  const int64_t k = vector ? 1 : solution.dims.back();
+  Value b = vector ? g.reshape(ctx.tensor(1), append(b_type.dims, {1})) : ctx.tensor(1);
+  b = broadcast_to(g, b, append(batch, {m, k}));
+  Value a = broadcast_to(g, ctx.tensor(0), append(batch, {m, n}));
+  Value x = g.constant(0, dtype, append(batch, {n, k}));
+  Value rank = g.constant_int(0, DType::kI64, batch);
+  if (std::min(m, n) > 0) {
+    const bool wide = m < n;  // A^T = V S U^T
+    Svd svd = one_sided_jacobi(g, wide ? transpose_matrix(g, a) : a);
+    Value left = wide ? svd.v : svd.u;   // A = left S right^T
+    Value right = wide ? svd.u : svd.v;
+    const Type& s_type = g.type(svd.s);
+    const int64_t last = s_type.rank() - 1;
+    const double rcond = ctx.is_none(2) ? epsilon(dtype) * static_cast<double>(std::max(m, n)) : ctx.real(2);
+    std::vector<int64_t> zero(s_type.dims.size(), 0), first = s_type.dims, unit(s_type.dims.size(), 1);
+    first.back() = 1;
+    Value largest = g.reshape(g.slice(svd.s, zero, first, unit), batch);
+    Value cutoff = g.broadcast_in_dim(g.binary("multiply", largest, g.constant(rcond, dtype, batch)), s_type.dims,
+                                      dim_range(0, last));
+    Value kept = g.compare(svd.s, cutoff, ir::Comparison::kGT);
+    Value inverse = g.select(kept, g.binary("divide", g.constant(1, dtype, s_type.dims), svd.s),
+                             g.constant(0, dtype, s_type.dims));
+    rank = g.reduce(g.convert(kept, DType::kI64), g.constant_int(0, DType::kI64), {last}, ir::Reducer::kAdd);
+    Value projected = matmul(g, transpose_matrix(g, left), b);  // [..., p, k]
+    const Type& p_type = g.type(projected);
+    Value scaled = g.binary("multiply", projected, g.broadcast_in_dim(inverse, p_type.dims, dim_range(0, last + 1)));
+    x = matmul(g, right, scaled);
+  }
+  Value residuals = g.constant(0, dtype, out(ctx, 1).dims);
+  if (out(ctx, 1).numel() > 0) {
+    Value error = g.binary("subtract", matmul(g, a, x), b);
+    residuals = g.reshape(g.reduce(g.binary("multiply", error, error), g.constant(0, dtype),
+                                   {static_cast<int64_t>(batch.size())}, ir::Reducer::kAdd),
+                          out(ctx, 1).dims);
+  }
+  if (out(ctx, 2).dims != batch) rank = g.constant_int(0, DType::kI64, out(ctx, 2).dims);  // gels: no rank
+  return {g.reshape(x, solution.dims), residuals, rank, g.constant(0, dtype, out(ctx, 3).dims)};
+}
+
 // ---- Householder QR ----
 //
 // LAPACK's compact form (geqrf): column k below the diagonal holds the reflector v_k (v_k[k] = 1 implied),
@@ -1179,6 +1236,7 @@ void add_linalg_decomposition_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_linalg_slogdet", &lower_linalg_slogdet});
   table.push_back({"aten::_linalg_solve_ex", &lower_linalg_solve_ex});
   table.push_back({"aten::_linalg_svd", &lower_linalg_svd});
+  table.push_back({"aten::linalg_lstsq", &lower_linalg_lstsq});
   table.push_back({"aten::cholesky_inverse", &lower_cholesky_inverse});
   table.push_back({"aten::eye.m_out", &lower_eye_out});
   table.push_back({"aten::eye.out", &lower_eye_out});

@@ -81,6 +81,10 @@ struct LoweringContext {
   void check(CheckKind kind, Value failed, Value values = {}, std::vector<int64_t> facts = {});
 };
 
+// Thrown by a rule for arguments it does not lower (a driver whose results' shapes depend on the data, ...):
+// the call runs through the CPU fallback instead.
+struct NotLowered {};
+
 using LowerFn = std::vector<Value> (*)(LoweringContext& ctx);
 
 struct Rule {
