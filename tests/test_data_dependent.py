@@ -1,5 +1,6 @@
 """Ops with data-dependent shapes (aten/data_dependent.cc): nonzero, argwhere, masked_select, x[mask],
-x[mask] = v, unique and unique_consecutive run on the device against CPU, in strict and fused mode.
+x[mask] = v, unique and unique_consecutive (with and without a dim) run on the device against CPU, in strict
+and fused mode.
 
 Each call reads back exactly one integer (the count): one device-to-host transfer, and in fused mode one
 flush under the reason "data-dependent shape". The compaction programs take the count rounded up to a
@@ -169,10 +170,23 @@ def test_unique_nan_and_unsorted(metrics):
     assert fallback_ops() == {}
 
 
-def test_unique_consecutive_with_dim_takes_the_fallback(metrics):
-    x = torch.tensor([[1, 1], [1, 1], [2, 3]])
-    assert_same(torch.unique_consecutive(x.to("tpu"), dim=0), torch.unique_consecutive(x, dim=0))
-    assert fallback_ops() == {"aten::unique_consecutive": 1}
+@pytest.mark.parametrize("mode", MODES)
+def test_unique_along_a_dim(mode, metrics):
+    # Repeated slices along each dim, in no order: rows of a matrix, columns, and slices of a 3-d tensor.
+    rows = torch.tensor([[2, 1, 0], [1, 1, 1], [2, 1, 0], [0, 5, 5], [1, 1, 1], [2, 1, 0]])
+    cube = torch.randint(0, 2, (3, 4, 2)).repeat(1, 2, 1)
+    floats = torch.tensor([[1.5, -2.0], [1.5, -2.0], [0.0, 3.0], [1.5, -3.0]])
+    for x, dims in ((rows, (0, 1)), (cube, (0, 1, 2, -1)), (floats, (0, 1))):
+        for dim in dims:
+            def unique(t):
+                return torch.unique(t, dim=dim, return_inverse=True, return_counts=True)
+
+            def consecutive(t):
+                return torch.unique_consecutive(t, dim=dim, return_inverse=True, return_counts=True)
+
+            assert run_on_both(unique, x, mode=mode) == 1
+            assert run_on_both(consecutive, x, mode=mode) == 1
+    assert fallback_ops() == {}
 
 
 def test_fused_flush_reason(metrics):

@@ -35,31 +35,74 @@ int64_t program_rows(int64_t count, int64_t limit) {
   return std::min(rows, limit);
 }
 
-// The runs of equal neighbours in `flat` (1-d, not empty): each run's first value and, when asked for,
-// each run's length and each element's run number. The number of runs is the one host read.
+// The runs of equal neighbours along dim 0 of `values` (not empty; `starts_run` [n] marks each run's first
+// row): each run's first row and, when asked for, each run's length and each row's run number. The number of
+// runs is the one host read.
 struct Runs {
   at::Tensor values;
   at::Tensor counts;  // defined when asked for
   at::Tensor run_of;  // defined when asked for
 };
 
-Runs equal_runs(const at::Tensor& flat, bool with_run_of, bool with_counts) {
-  const int64_t n = flat.size(0);
-  // NaN != NaN, so each NaN is a run of its own, as on CPU.
-  at::Tensor starts_run = at::cat({at::ones({1}, flat.options().dtype(at::kBool)),
-                                   at::ne(flat.slice(0, 1), flat.slice(0, 0, n - 1))});
+Runs runs_of(const at::Tensor& values, const at::Tensor& starts_run, bool with_run_of, bool with_counts) {
+  const int64_t n = values.size(0);
   const int64_t count = read_count(at::count_nonzero(starts_run));
   const int64_t rows = program_rows(count, n);
   // Rows past the count start at n: the last run then ends at n, and the lengths past the count are 0.
   at::Tensor starts = at::nonzero_static(starts_run, rows, n).view({-1});
   Runs runs;
-  runs.values = flat.index_select(0, at::clamp_max(starts, n - 1)).slice(0, 0, count);
+  runs.values = values.index_select(0, at::clamp_max(starts, n - 1)).slice(0, 0, count);
   if (with_counts) {
     at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, starts.options())});
     runs.counts = at::sub(ends, starts).slice(0, 0, count);
   }
   if (with_run_of) runs.run_of = at::sub(at::cumsum(starts_run, 0, at::kLong), 1);
   return runs;
+}
+
+// The runs of equal neighbours in `flat` (1-d, not empty). NaN != NaN, so each NaN is a run of its own, as on
+// CPU.
+Runs equal_runs(const at::Tensor& flat, bool with_run_of, bool with_counts) {
+  const int64_t n = flat.size(0);
+  at::Tensor starts_run = at::cat({at::ones({1}, flat.options().dtype(at::kBool)),
+                                   at::ne(flat.slice(0, 1), flat.slice(0, 0, n - 1))});
+  return runs_of(flat, starts_run, with_run_of, with_counts);
+}
+
+// unique_dim and unique_consecutive with a dim: the slices of `self` along `dim` as rows [n, w], optionally
+// sorted lexicographically first (stable sorts from the last column to the first), then their runs of equal
+// neighbours. Returns (values, inverse, counts) as CPU does.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& self, int64_t dim, bool sort,
+                                                             bool return_inverse, bool return_counts) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  const at::Tensor moved = self.movedim(dim, 0);
+  const int64_t n = moved.size(0);
+  at::Tensor rows = moved.reshape({n, -1});
+  at::Tensor order = at::arange(n, self.options().dtype(at::kLong));
+  if (sort) {
+    for (int64_t column = rows.size(1) - 1; column >= 0; --column) {
+      const at::Tensor keys = rows.select(1, column).index_select(0, order);
+      order = order.index_select(0, std::get<1>(at::sort(keys, /*stable=*/true, 0, /*descending=*/false)));
+    }
+    rows = rows.index_select(0, order);
+  }
+  at::Tensor starts_run = at::cat({at::ones({1}, self.options().dtype(at::kBool)),
+                                   at::ne(rows.slice(0, 1), rows.slice(0, 0, n - 1)).any(1)});
+  Runs runs = runs_of(rows, starts_run, return_inverse, return_counts);
+  std::vector<int64_t> shape = moved.sizes().vec();
+  shape[0] = runs.values.size(0);
+  at::Tensor values = runs.values.reshape(shape).movedim(0, dim).contiguous();
+  const at::TensorOptions index_options = self.options().dtype(at::kLong);
+  at::Tensor inverse = at::empty({0}, index_options), counts = at::empty({0}, index_options);
+  if (return_inverse) inverse = sort ? at::zeros_like(order).scatter(0, order, runs.run_of) : runs.run_of;
+  if (return_counts) counts = runs.counts;
+  return {values, inverse, counts};
+}
+
+// Whether unique over slices along `dim` has the trivial cases CPU answers without comparing any rows (no
+// slices, or slices of no elements): those run on the CPU.
+bool trivially_unique(const at::Tensor& self, int64_t dim) {
+  return self.numel() == 0 || self.size(c10::maybe_wrap_dim(dim, self.dim())) == 0;
 }
 
 bool is_mask(const std::optional<at::Tensor>& index) {
@@ -144,12 +187,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
   return {runs.values, inverse, counts};
 }
 
+void unique_dim_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // (self, dim, sorted, return_inverse, return_counts); CPU sorts whatever `sorted` says.
+  const size_t first = stack->size() - 5;
+  const at::Tensor self = (*stack)[first].toTensor();
+  const int64_t dim = (*stack)[first + 1].toInt();
+  if (trivially_unique(self, dim)) return cpu_fallback(op, stack);
+  auto [values, inverse, counts] =
+      unique_slices(self, dim, /*sort=*/true, (*stack)[first + 3].toBool(), (*stack)[first + 4].toBool());
+  torch::jit::drop(*stack, 5);
+  torch::jit::push(*stack, values, inverse, counts);
+}
+
+std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse) {
+  auto [values, inverse, counts] = unique2(self, sorted, return_inverse, false);
+  return {values, inverse};
+}
+
 void unique_consecutive_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // (self, return_inverse, return_counts, dim)
   const size_t first = stack->size() - 4;
-  if (!(*stack)[first + 3].isNone()) return cpu_fallback(op, stack);
   const at::Tensor self = (*stack)[first].toTensor();
   const bool return_inverse = (*stack)[first + 1].toBool(), return_counts = (*stack)[first + 2].toBool();
+  if (!(*stack)[first + 3].isNone()) {
+    const int64_t dim = (*stack)[first + 3].toInt();
+    if (trivially_unique(self, dim)) return cpu_fallback(op, stack);
+    auto [values, inverse, counts] = unique_slices(self, dim, /*sort=*/false, return_inverse, return_counts);
+    torch::jit::drop(*stack, 4);
+    torch::jit::push(*stack, values, inverse, counts);
+    return;
+  }
   const at::Tensor flat = self.reshape({-1});
   const at::TensorOptions index_options = self.options().dtype(at::kLong);
   at::Tensor values = at::empty({0}, self.options());

@@ -1,5 +1,5 @@
 // Ops whose result shape depends on the values: nonzero (and argwhere, which decomposes into it),
-// masked_select, boolean-mask indexing (index.Tensor, index_put), unique (_unique2) and
+// masked_select, boolean-mask indexing (index.Tensor, index_put), unique (_unique, _unique2, unique_dim) and
 // unique_consecutive. Each computes its count on the device and reads back that one integer, the op's
 // only sync (a pending fused trace flushes there, reason "data-dependent shape"); a static-size program
 // then produces the result on the device. Its size is the count rounded up to a power of two (at most
@@ -24,7 +24,12 @@ at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool sorted, bool return_inverse,
                                                        bool return_counts);
 
-// unique_consecutive; with a dim it takes the CPU fallback.
+// _unique: unique2 without counts.
+std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse);
+
+// torch.unique with a dim (unique_dim) and unique_consecutive (with or without a dim): slices along the dim
+// compared as rows; unique_dim sorts them lexicographically first (one stable sort per element of a slice).
+void unique_dim_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void unique_consecutive_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // index.Tensor: boolean masks become integer indices (the device nonzero), then the lowered op runs.

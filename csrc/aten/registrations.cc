@@ -1284,6 +1284,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", &local_scalar_dense);
   m.impl("_index_put_impl", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());
   m.impl("_index_put_impl_", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());
+  m.impl("_unique", &unique);
   m.impl("_unique2", &unique2);
   m.impl("_reshape_alias", &at::native::_reshape_alias);
   m.impl("as_strided", &at::native::as_strided_tensorimpl);
@@ -1309,6 +1310,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", &set_source_tensor);
   m.impl("unfold", &at::native::unfold);
   m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&unique_consecutive_kernel>());
+  m.impl("unique_dim", torch::CppFunction::makeFromBoxedFunction<&unique_dim_kernel>());
   m.impl("view", &at::native::view);
   m.impl("view.dtype", &at::native::view_dtype);
   m.impl("view_as_complex", &at::native::view_as_complex);
