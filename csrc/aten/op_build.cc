@@ -149,7 +149,7 @@ at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first) {
       any = true;
     } else if (v.isScalar() && !v.isBool()) {
       at::Tensor wrapped = at::scalar_tensor(v.toScalar(), at::TensorOptions().dtype(
-          v.isDouble() ? at::kDouble : at::kLong));
+          v.isDouble() ? at::kDouble : v.isComplexDouble() ? at::kComplexDouble : at::kLong));
       wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
       state = at::native::update_result_type_state(wrapped, state);
     }
@@ -315,7 +315,8 @@ runtime::Partitioning annotate_shardings(OpSignature& signature, ProgramBuilder&
   return shardings->partitioning;
 }
 
-// Whether complex values reach the rule: a tensor argument (list elements too) or a result.
+// Whether complex values reach the rule: a tensor argument (list elements too) or a result. Complex numbers
+// (Scalar arguments) are checked apart: has_complex_scalar.
 bool has_complex(const torch::jit::Stack& stack, size_t first, const std::vector<ir::Type>& outputs) {
   for (const ir::Type& t : outputs) {
     if (is_complex(t.dtype)) return true;
@@ -332,13 +333,22 @@ bool has_complex(const torch::jit::Stack& stack, size_t first, const std::vector
   return false;
 }
 
+bool has_complex_scalar(const torch::jit::Stack& stack, size_t first) {
+  return std::any_of(stack.begin() + static_cast<std::ptrdiff_t>(first), stack.end(),
+                     [](const c10::IValue& v) { return v.isComplexDouble(); });
+}
+
 Arg scalar_arg(const c10::IValue& v, bool dynamic) {
   Arg a;
   if (v.isDouble()) {
     a.kind = Arg::Kind::kDouble;
     a.real = v.toDouble();
+  } else if (v.isComplexDouble()) {
+    const c10::complex<double> z = v.toComplexDouble();
+    a.kind = Arg::Kind::kComplex;
+    a.real = z.real();
+    a.imag = z.imag();
   } else {
-    TORCH_CHECK(!v.isComplexDouble(), "tpu does not support complex scalars yet");
     a.kind = v.isBool() ? Arg::Kind::kBool : Arg::Kind::kInt;
     a.integer = v.isBool() ? v.toBool() : v.toInt();
   }
@@ -451,6 +461,12 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   const std::vector<WriteTarget> targets = write_targets(info, stack, first);
   for (const WriteTarget& target : targets) outputs.push_back(ir_type(target.tensor));
   if (!lowering::handles_complex(info.rule->op) && has_complex(stack, first, outputs)) throw RunsOnCpu{};
+  // A complex number for a real result: CPU raises unless its imaginary part is 0, in its own words.
+  if (has_complex_scalar(stack, first) && std::none_of(outputs.begin(), outputs.end(), [](const ir::Type& t) {
+        return is_complex(t.dtype);
+      })) {
+    throw RunsOnCpu{};
+  }
 
   ProgramBuilder builder(*signature);
   ir::Graph& g = builder.graph();

@@ -2,7 +2,6 @@
 
 #include <sstream>
 
-#include "aten/op_build.h"
 #include "aten/storage.h"
 #include "aten/value_checks.h"
 
@@ -19,20 +18,29 @@ enum Tag : int64_t {
   kFloat = 10,
   kBool = 11,
   kInt = 12,
+  kComplex = 13,
 };
 
 int64_t scalar_tag(const c10::IValue& v) {
   if (v.isDouble()) return kFloat;
   if (v.isBool()) return kBool;
-  if (v.isComplexDouble()) throw RunsOnCpu{};  // rules take scalars as real operands
+  if (v.isComplexDouble()) return kComplex;
   return kInt;
 }
 
 void add_value(cache::ProgramKey& key, const c10::IValue& v) {
-  if (v.isDouble()) key.add_double(v.toDouble());
-  else if (v.isBool()) key.add(v.toBool());
-  else key.add(v.toInt());
+  if (v.isDouble()) {
+    key.add_double(v.toDouble());
+  } else if (v.isComplexDouble()) {
+    key.add_double(v.toComplexDouble().real());
+    key.add_double(v.toComplexDouble().imag());
+  } else if (v.isBool()) {
+    key.add(v.toBool());
+  } else {
+    key.add(v.toInt());
+  }
 }
+
 
 void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   if (!t.defined()) {
@@ -74,7 +82,7 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
 void add_static(const OpInfo& info, cache::ProgramKey& key, const c10::IValue& v) {
   if (v.isNone()) {
     key.add(kNone);
-  } else if (v.isInt() || v.isDouble() || v.isBool()) {
+  } else if (v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
     key.add(scalar_tag(v));
     add_value(key, v);
   } else if (v.isIntList()) {
@@ -197,7 +205,7 @@ std::string describe_call(const OpInfo& info, const torch::jit::Stack& stack, si
       }
       out << "]";
     } else if (info.arg_classes[arg] == ArgClass::kScalarOperand && !v.isNone()) {
-      out << (v.isDouble() ? "float" : v.isBool() ? "bool" : "int");
+      out << (v.isDouble() ? "float" : v.isComplexDouble() ? "complex" : v.isBool() ? "bool" : "int");
       if ((static_scalars >> arg) & 1) out << "=" << v << " (compile-time value)";
     } else {
       out << v;

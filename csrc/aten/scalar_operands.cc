@@ -17,15 +17,17 @@ namespace {
 // bias correction, must not grow it without bound).
 constexpr size_t kMaxCachedScalars = 1024;
 
+// The value's bytes, up to 16 (a complex128 has two words), zero-padded.
 struct ScalarKey {
   int device;
   DType dtype;
-  uint64_t bits;
+  std::array<uint64_t, 2> bits;
   bool operator==(const ScalarKey& o) const { return device == o.device && dtype == o.dtype && bits == o.bits; }
 };
 struct ScalarKeyHash {
   size_t operator()(const ScalarKey& k) const {
-    return std::hash<uint64_t>()(k.bits) ^ (static_cast<size_t>(k.dtype) << 8) ^ static_cast<size_t>(k.device);
+    return std::hash<uint64_t>()(k.bits[0] ^ (k.bits[1] * 0x9e3779b97f4a7c15ULL)) ^ (static_cast<size_t>(k.dtype) << 8) ^
+           static_cast<size_t>(k.device);
   }
 };
 
@@ -62,8 +64,9 @@ runtime::BufferPtr upload_bytes(DType dtype, const void* bytes, size_t size, std
 
 runtime::BufferPtr scalar_buffer(DType dtype, const void* bytes, size_t size, int device) {
   ScalarCache& cache = thread_cache();
-  ScalarKey key{device, dtype, 0};
-  std::memcpy(&key.bits, bytes, std::min(size, sizeof key.bits));
+  ScalarKey key{device, dtype, {0, 0}};
+  TORCH_INTERNAL_ASSERT(size <= sizeof key.bits, "a scalar operand of ", size, " bytes");
+  std::memcpy(key.bits.data(), bytes, size);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= kMaxCachedScalars) cache.clear();
@@ -80,6 +83,10 @@ runtime::BufferPtr scalar_buffer(const c10::IValue& value, int device) {
   if (value.isBool()) {
     const bool v = value.toBool();
     return scalar_buffer(DType::kBool, &v, sizeof v, device);
+  }
+  if (value.isComplexDouble()) {
+    const c10::complex<double> v = value.toComplexDouble();
+    return scalar_buffer(DType::kC128, &v, sizeof v, device);
   }
   const int64_t v = value.toInt();
   return scalar_buffer(DType::kI64, &v, sizeof v, device);

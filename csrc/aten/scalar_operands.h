@@ -13,7 +13,7 @@ namespace torchtpu::aten {
 // (bounded), so a learning rate or an alpha of 1 is uploaded once, not per op.
 runtime::BufferPtr scalar_buffer(DType dtype, const void* bytes, size_t size, int device);
 
-// A Scalar / float argument as f64, i64 or bool, as the rule's operand expects.
+// A Scalar / float argument as f64, c128, i64 or bool, as the rule's operand expects.
 runtime::BufferPtr scalar_buffer(const c10::IValue& value, int device);
 // A 0-dim CPU tensor's value, in its own dtype.
 runtime::BufferPtr scalar_buffer(const at::Tensor& cpu_scalar, int device);

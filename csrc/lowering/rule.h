@@ -22,20 +22,21 @@ using ir::Value;
 
 // One argument of the op, in schema order.
 struct Arg {
-  enum class Kind { kNone, kTensor, kTensorList, kInt, kDouble, kBool, kIntList, kDoubleList, kString };
+  enum class Kind { kNone, kTensor, kTensorList, kInt, kDouble, kComplex, kBool, kIntList, kDoubleList, kString };
   Kind kind = Kind::kNone;
   Value tensor;                 // kTensor
   bool contiguous = true;       // kTensor: whether the ATen tensor is contiguous (a few CPU kernels' results
                                 // depend on it, e.g. _linalg_det factors A^T when A is contiguous)
   std::vector<Value> tensors;   // kTensorList
   int64_t integer = 0;          // kInt, and kBool as 0/1
-  double real = 0;              // kDouble
+  double real = 0;              // kDouble; kComplex's real part
+  double imag = 0;              // kComplex's imaginary part
   std::vector<int64_t> ints;    // kIntList
   std::vector<double> reals;    // kDoubleList
   std::string text;             // kString
   // kInt / kDouble / kBool of a `Scalar` or `float` argument, or the kDoubleList of a `Scalar[]`: the value
   // may be a runtime operand rather than a compile-time constant. `dynamic` says so; `operand` is its
-  // program value (rank-0 f64, i64 or i1; f64[n] for a list), created on first use through
+  // program value (rank-0 f64, c128, i64 or i1; f64[n] for a list), created on first use through
   // LoweringContext::operand or scalar. A rule that reads the value itself (real(),
   // integer()) sets `read_statically`, and the caller then keys the program by that value.
   bool dynamic = false;
@@ -68,7 +69,8 @@ struct LoweringContext {
   const Type& type_of(size_t i) const { return graph.type(tensor(i)); }
   bool is_none(size_t i) const { return i >= args.size() || args[i].kind == Arg::Kind::kNone; }
   // The value of argument i at compile time. On a dynamic scalar this makes the value part of the program
-  // (and of its cache key): use scalar() wherever the value only enters the arithmetic.
+  // (and of its cache key): use scalar() wherever the value only enters the arithmetic. A complex value
+  // throws NotLowered (the call runs on the CPU): rules that read scalars read real ones.
   int64_t integer(size_t i) const;
   double real(size_t i) const;  // kDouble or kInt, as double
   bool boolean(size_t i) const { return integer(i) != 0; }

@@ -53,7 +53,10 @@ Value LoweringContext::operand(size_t i) {
     if (a.kind == Arg::Kind::kDoubleList) {
       a.operand = graph.parameter(Type{DType::kF64, {static_cast<int64_t>(a.reals.size())}});
     } else {
-      const DType dtype = a.kind == Arg::Kind::kDouble ? DType::kF64 : a.kind == Arg::Kind::kInt ? DType::kI64 : DType::kBool;
+      const DType dtype = a.kind == Arg::Kind::kDouble    ? DType::kF64
+                          : a.kind == Arg::Kind::kComplex ? DType::kC128
+                          : a.kind == Arg::Kind::kInt     ? DType::kI64
+                                                          : DType::kBool;
       a.operand = graph.parameter(Type{dtype, {}});
     }
     created_operands.push_back(i);
@@ -68,6 +71,11 @@ Value LoweringContext::scalar(size_t i, DType dtype, const std::vector<int64_t>&
     if (graph.type(v).dtype != dtype) v = graph.convert(v, dtype);
     return dims.empty() ? v : graph.broadcast_in_dim(v, dims, {});
   }
+  if (a.kind == Arg::Kind::kComplex) {
+    const DType part = is_complex(dtype) ? complex_part(dtype) : dtype;
+    Value value = graph.constant(a.real, part, dims);
+    return is_complex(dtype) ? graph.complex(value, graph.constant(a.imag, part, dims)) : value;
+  }
   if (is_floating(dtype)) return graph.constant(real(i), dtype, dims);
   if (dtype == DType::kBool) return graph.constant_int(real(i) != 0, dtype, dims);
   return graph.constant_int(integer(i), dtype, dims);
@@ -75,6 +83,7 @@ Value LoweringContext::scalar(size_t i, DType dtype, const std::vector<int64_t>&
 
 int64_t LoweringContext::integer(size_t i) const {
   const Arg& a = args.at(i);
+  if (a.kind == Arg::Kind::kComplex) throw NotLowered{};
   a.read_statically = true;
   if (a.kind == Arg::Kind::kInt || a.kind == Arg::Kind::kBool) return a.integer;
   if (a.kind == Arg::Kind::kDouble) return static_cast<int64_t>(a.real);
@@ -83,6 +92,7 @@ int64_t LoweringContext::integer(size_t i) const {
 
 double LoweringContext::real(size_t i) const {
   const Arg& a = args.at(i);
+  if (a.kind == Arg::Kind::kComplex) throw NotLowered{};
   a.read_statically = true;
   if (a.kind == Arg::Kind::kDouble) return a.real;
   if (a.kind == Arg::Kind::kInt || a.kind == Arg::Kind::kBool) return static_cast<double>(a.integer);
