@@ -312,6 +312,6 @@ def test_default_fallback_in_process(survivor):
 
 
 def test_deprecated_cholesky_raises_on_a_non_positive_definite_input():
-    # torch.cholesky has no info output to check on the device, so it runs on the CPU, which raises.
+    # torch.cholesky has no info output: the device checks it and the next sync raises CPU's message.
     with pytest.raises(RuntimeError, match="positive-definite"):
-        torch.cholesky(-torch.eye(3, device="tpu"))
+        torch.cholesky(-torch.eye(3, device="tpu")).cpu()
