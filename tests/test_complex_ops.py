@@ -252,3 +252,15 @@ def test_lu_family_solves_inverts_and_differentiates(dtype, metrics):
     torch.view_as_real(torch.linalg.solve(xt, b[0].to(TPU))).pow(2).sum().backward()
     assert_close(xt.grad.cpu(), x.grad, **tol)
     assert fallback_ops() == {}
+
+
+def test_abs_and_sqrt_at_special_values_match_cpu():
+    # XLA's formulas: |1+NaN·i| came out finite, and sqrt(-4-0i) on the +2i side of the branch cut.
+    nan, inf = float("nan"), float("inf")
+    z = torch.tensor([complex(nan, 1), complex(1, nan), complex(inf, nan), complex(nan, -inf), complex(-4, -0.0),
+                      complex(-4, 0.0), complex(3, -0.0), complex(0, 1e30)])
+    assert_close(z.to("tpu").abs().cpu(), z.abs(), equal_nan=True)
+    finite = z[4:]
+    root = finite.to("tpu").sqrt().cpu()
+    assert_close(root, finite.sqrt())
+    assert torch.equal(torch.signbit(root.imag), torch.signbit(finite.sqrt().imag))

@@ -334,3 +334,9 @@ def test_equal_reads_back_one_bool():
     assert fallback_ops() == {}
     with pytest.raises(RuntimeError, match="same device"):
         torch.equal(tpu(a), a)
+
+
+def test_sign_of_nan_is_zero_as_on_cpu():
+    x = torch.tensor([float("nan"), -0.0, 2.0, -float("inf")])
+    for fn in (torch.sign, torch.sgn):
+        assert_close(fn(x.to("tpu")).cpu(), fn(x))

@@ -74,3 +74,16 @@ def test_clip_grad_norm_matches_cpu(path):
     _, tpu_norms = steps(tpu_model, make, path, "tpu", clip=0.1)
     assert fallback_ops() == {}
     assert_close(torch.tensor(tpu_norms), torch.tensor(cpu_norms), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_fused_step_with_zero_weight_decay_keeps_an_infinite_parameter(name):
+    # weight_decay = 0 adds nothing, as on CPU: 0 * inf would make the gradient NaN.
+    kind = getattr(torch.optim, name)
+    results = []
+    for device in ("cpu", "tpu"):
+        p = torch.tensor([float("inf"), 1.0, -2.0], device=device, requires_grad=True)
+        p.grad = torch.tensor([0.5, -0.5, 1.0], device=device)
+        kind([p], lr=0.1, weight_decay=0.0, fused=True).step()
+        results.append(p.detach().cpu())
+    assert_close(results[1], results[0])

@@ -273,3 +273,14 @@ def test_cdist_pdist(p):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_channel_shuffle(dtype):
     check(lambda x: F.channel_shuffle(x, 3), [randn(2, 6, 4, 3)], (0,) if dtype == torch.float32 else (), dtype)
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_max_pool_index_of_an_all_minus_inf_window_is_its_first_element(ceil_mode):
+    # Padding is -inf too; the index must point at the window's first input element, as on CPU.
+    x = torch.full((1, 2, 5, 5), float("-inf"))
+    x[0, 1, 2, 2] = 1.0
+    fn = lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=ceil_mode, return_indices=True)  # noqa: E731
+    expected, actual = fn(x), fn(x.to("tpu"))
+    assert_close(actual[0].cpu(), expected[0])
+    assert torch.equal(actual[1].cpu(), expected[1])

@@ -312,3 +312,18 @@ def test_segment_reduce_bf16():
 def test_segment_reduce_bad_lengths_raise_like_cpu():
     with pytest.raises(RuntimeError):
         torch.segment_reduce(torch.ones(4, 2, device="tpu"), "sum", lengths=torch.tensor([1, 2], device="tpu"), axis=1)
+
+
+@pytest.mark.parametrize("fn", [lambda t: torch.amax(t, 1), lambda t: torch.amin(t, 0), torch.max, torch.min,
+                                lambda t: tuple(torch.aminmax(t, dim=1)),
+                                lambda t: torch.linalg.vector_norm(t, math.inf, 1),
+                                lambda t: torch.linalg.vector_norm(t, -math.inf, 0)],
+                         ids=["amax", "amin", "max", "min", "aminmax", "norm_inf", "norm_-inf"])
+def test_max_and_min_reductions_propagate_nan(fn):
+    # XLA's CPU compiler reduces with a fast max that keeps the accumulator where the element is NaN.
+    x = torch.tensor([[1.0, float("nan"), 3.0], [float("inf"), 2.0, -1.0], [0.0, -2.0, float("nan")]])
+    check(fn, x, equal_nan=True)
+
+
+def test_topk_of_a_0_dim_tensor_with_k_0_gives_the_element():
+    check(lambda t: tuple(torch.topk(t, 0)), torch.tensor(3.0))

@@ -11,8 +11,10 @@ const char* reducer_op(Reducer reducer) {
   switch (reducer) {
     case Reducer::kAdd: return "stablehlo.add";
     case Reducer::kMul: return "stablehlo.multiply";
-    case Reducer::kMax: return "stablehlo.maximum";
-    case Reducer::kMin: return "stablehlo.minimum";
+    case Reducer::kMax:
+    case Reducer::kMaxNaN: return "stablehlo.maximum";
+    case Reducer::kMin:
+    case Reducer::kMinNaN: return "stablehlo.minimum";
     case Reducer::kAnd: return "stablehlo.and";
     case Reducer::kOr: return "stablehlo.or";
     case Reducer::kXor: return "stablehlo.xor";
@@ -100,6 +102,23 @@ std::string scalar_region(const std::string& op, DType dtype) {
   const std::string t = to_mlir(Type{dtype, {}});
   return region_text({{"%lhs", dtype}, {"%rhs", dtype}},
                      "      %r = \"" + op + "\"(%lhs, %rhs) : (" + t + ", " + t + ") -> " + t +
+                         "\n      \"stablehlo.return\"(%r) : (" + t + ") -> ()");
+}
+
+std::string reducer_region(Reducer reducer, DType dtype) {
+  const bool propagates_nan = reducer == Reducer::kMaxNaN || reducer == Reducer::kMinNaN;
+  if (!propagates_nan || !is_floating(dtype)) return scalar_region(reducer_op(reducer), dtype);
+  const std::string t = to_mlir(Type{dtype, {}});
+  const std::string b = to_mlir(Type{DType::kBool, {}});
+  const std::string pair = "(" + t + ", " + t + ")";
+  const std::string ne = " {comparison_direction = #stablehlo<comparison_direction NE>} : " + pair + " -> " + b;
+  const std::string select = " : (" + b + ", " + t + ", " + t + ") -> " + t;
+  return region_text({{"%lhs", dtype}, {"%rhs", dtype}},
+                     "      %m = \"" + std::string(reducer_op(reducer)) + "\"(%lhs, %rhs) : " + pair + " -> " + t +
+                         "\n      %lnan = \"stablehlo.compare\"(%lhs, %lhs)" + ne +
+                         "\n      %rnan = \"stablehlo.compare\"(%rhs, %rhs)" + ne +
+                         "\n      %r1 = \"stablehlo.select\"(%rnan, %rhs, %m)" + select +
+                         "\n      %r = \"stablehlo.select\"(%lnan, %lhs, %r1)" + select +
                          "\n      \"stablehlo.return\"(%r) : (" + t + ") -> ()");
 }
 
@@ -411,7 +430,7 @@ Value Graph::reduce(Value x, Value init, const std::vector<int64_t>& dimensions,
     if (!reduced) kept.push_back(in.dims[i]);
   }
   const Type result{in.dtype, kept};
-  std::string text = "\"stablehlo.reduce\"" + operand_list({x, init}) + " " + scalar_region(reducer_op(reducer), in.dtype) +
+  std::string text = "\"stablehlo.reduce\"" + operand_list({x, init}) + " " + reducer_region(reducer, in.dtype) +
                      " {dimensions = " + dense_i64_array(dimensions) + "}" + signature({x, init}, {result});
   return add_node(std::move(text), {result});
 }

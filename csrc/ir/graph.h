@@ -31,7 +31,11 @@ struct Value {
   bool valid() const { return id >= 0; }
 };
 
-enum class Reducer { kAdd, kMul, kMax, kMin, kAnd, kOr, kXor };
+// kMaxNaN/kMinNaN are max/min that return NaN when any element is NaN, as PyTorch's amax/max do (and as
+// StableHLO defines maximum). XLA's CPU compiler turns a plain maximum region into a fast max that keeps the
+// accumulator where only the element is NaN, so the user-facing reductions ask for these; the plain ones
+// stay where NaN reaches the result another way (softmax's shift, pooling windows).
+enum class Reducer { kAdd, kMul, kMax, kMin, kMaxNaN, kMinNaN, kAnd, kOr, kXor };
 enum class Comparison { kEQ, kNE, kLT, kLE, kGT, kGE };
 
 class Graph {
@@ -154,6 +158,8 @@ class Graph {
 std::string region_text(const std::vector<std::pair<std::string, DType>>& arguments, const std::string& body);
 // The region of a binary reducer: (%lhs, %rhs) -> op(%lhs, %rhs).
 std::string scalar_region(const std::string& op, DType dtype);
+// The region of `reducer` over `dtype` (for reduce, reduce_window and scatter).
+std::string reducer_region(Reducer reducer, DType dtype);
 
 // The attribute dictionaries of @main's signature: a parameter's, " {mhlo.sharding = "...", tf.aliasing_output =
 // 0 : i32}" with `sharding` in runtime/sharding.h's mhlo spelling (empty: none) and `aliased_results` the

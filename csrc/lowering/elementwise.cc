@@ -159,7 +159,16 @@ std::vector<Value> lower_abs(LoweringContext& ctx) {
 }
 std::vector<Value> lower_exp(LoweringContext& ctx) { return unary_op(ctx, "exponential"); }
 std::vector<Value> lower_log(LoweringContext& ctx) { return unary_op(ctx, "log"); }
-std::vector<Value> lower_sqrt(LoweringContext& ctx) { return unary_op(ctx, "sqrt"); }
+std::vector<Value> lower_sqrt(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  Value x = operand(ctx, 0);
+  Value root = g.unary("sqrt", x);
+  if (!is_complex(g.type(x).dtype)) return {finish(ctx, root)};
+  // The principal root's imaginary part has the sign of x's, -0.0 included: sqrt(-4-0i) is -2i, on the
+  // other side of the branch cut from sqrt(-4+0i). XLA's formula ignores the sign of a zero.
+  Value im = g.unary("abs", g.imag(root));
+  return {finish(ctx, g.complex(g.real(root), g.select(sign_bit_set(g, g.imag(x)), g.unary("negate", im), im)))};
+}
 std::vector<Value> lower_rsqrt(LoweringContext& ctx) { return unary_op(ctx, "rsqrt"); }
 std::vector<Value> lower_tanh(LoweringContext& ctx) { return unary_op(ctx, "tanh"); }
 std::vector<Value> lower_sigmoid(LoweringContext& ctx) { return unary_op(ctx, "logistic"); }
@@ -282,6 +291,10 @@ std::vector<Value> lower_sign(LoweringContext& ctx) {
   if (dtype == DType::kBool) return {finish(ctx, ctx.tensor(0))};
   if (is_unsigned(dtype)) {
     return {finish(ctx, g.convert(g.compare(operand(ctx, 0), scalar_like(ctx, 0), Comparison::kGT), dtype))};
+  }
+  if (is_floating(dtype)) {  // CPU's sign of NaN is 0 (it computes (0 < x) - (x < 0)); StableHLO's is NaN
+    Value x = operand(ctx, 0);
+    return {finish(ctx, g.select(g.compare(x, x, Comparison::kNE), scalar_like(ctx, 0), g.unary("sign", x)))};
   }
   return unary_op(ctx, "sign");
 }
@@ -451,10 +464,7 @@ std::vector<Value> lower_hypot(LoweringContext& ctx) {
 std::vector<Value> lower_copysign(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value magnitude = g.unary("abs", operand(ctx, 0));
-  Value b = g.convert(operand(ctx, 1), DType::kF32);
-  Value bits = g.bitcast_convert(b, Type{DType::kI32, g.type(b).dims});
-  Value negative = g.compare(bits, g.constant_int(0, DType::kI32, g.type(b).dims), Comparison::kLT);
-  return {finish(ctx, g.select(negative, g.unary("negate", magnitude), magnitude))};
+  return {finish(ctx, g.select(sign_bit_set(g, operand(ctx, 1)), g.unary("negate", magnitude), magnitude))};
 }
 
 std::vector<Value> lower_xlogy(LoweringContext& ctx) {

@@ -1,6 +1,7 @@
 #include "lowering/helpers.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -35,7 +36,27 @@ Value cast_to(Graph& g, Value x, const Type& target) {
 Value magnitude(Graph& g, Value x) {
   const Type& t = g.type(x);
   if (!is_complex(t.dtype)) return g.unary("abs", x);
-  return g.op("abs", {x}, Type{complex_part(t.dtype), t.dims});  // stablehlo.abs changes the element type
+  const Type part{complex_part(t.dtype), t.dims};
+  Value r = g.op("abs", {x}, part);  // stablehlo.abs changes the element type
+  // XLA's complex abs drops a NaN imaginary part (|1+NaN·i| came out as sqrt(2)). As C's hypot: a NaN part
+  // makes the magnitude NaN, unless the other part is infinite, which makes it inf.
+  const double inf = std::numeric_limits<double>::infinity();
+  Value re = g.real(x), im = g.imag(x);
+  Value has_nan = g.binary("or", g.compare(re, re, ir::Comparison::kNE), g.compare(im, im, ir::Comparison::kNE));
+  Value infinite = g.constant(inf, part.dtype, t.dims);
+  Value has_inf = g.binary("or", g.compare(g.unary("abs", re), infinite, ir::Comparison::kEQ),
+                           g.compare(g.unary("abs", im), infinite, ir::Comparison::kEQ));
+  Value nan = g.constant(std::numeric_limits<double>::quiet_NaN(), part.dtype, t.dims);
+  return g.select(has_inf, infinite, g.select(has_nan, nan, r));
+}
+
+Value sign_bit_set(Graph& g, Value x) {
+  // Widening keeps the sign bit, of zeros and NaN too; float64 stays (TPUs have no float64 to widen to).
+  const bool is_f64 = g.type(x).dtype == DType::kF64;
+  Value wide = g.convert(x, is_f64 ? DType::kF64 : DType::kF32);
+  const DType bits_dtype = is_f64 ? DType::kI64 : DType::kI32;
+  Value bits = g.bitcast_convert(wide, Type{bits_dtype, g.type(wide).dims});
+  return g.compare(bits, g.constant_int(0, bits_dtype, g.type(wide).dims), ir::Comparison::kLT);
 }
 
 Value conjugate(Graph& g, Value x) {

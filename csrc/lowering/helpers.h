@@ -13,6 +13,8 @@ Value broadcast_to(Graph& g, Value x, const std::vector<int64_t>& dims);
 Value cast_to(Graph& g, Value x, const Type& target);
 // |x|; of a complex value, its real magnitude.
 Value magnitude(Graph& g, Value x);
+// True where x's sign bit is set (so for -0.0 and negative NaN), for a real floating x.
+Value sign_bit_set(Graph& g, Value x);
 // The complex conjugate; a real value as it is.
 Value conjugate(Graph& g, Value x);
 // Wraps negative dims and sorts; an empty list means every dim (PyTorch's reduction convention).

@@ -67,32 +67,14 @@ Value gather(Graph& g, Value operand, Value indices, const std::vector<int64_t>&
 // How a scatter combines the current element with an update.
 enum class Combine { kReplace, kAdd, kMul, kMax, kMin };
 
-// max or min that propagates NaN, as CPU's scatter_reduce and index_reduce do (the plugin's maximum inside a
-// scatter combiner lets a NaN update lose).
-std::string extremum_region(const char* op, DType dtype) {
-  if (!is_floating(dtype)) return ir::scalar_region(op, dtype);
-  const std::string t = ir::to_mlir(Type{dtype, {}});
-  const std::string b = ir::to_mlir(Type{DType::kBool, {}});
-  const std::string pair = "(" + t + ", " + t + ")";
-  const std::string ne = " {comparison_direction = #stablehlo<comparison_direction NE>} : " + pair + " -> " + b;
-  const std::string select = " : (" + b + ", " + t + ", " + t + ") -> " + t;
-  return ir::region_text(
-      {{"%lhs", dtype}, {"%rhs", dtype}},
-      "      %m = \"" + std::string(op) + "\"(%lhs, %rhs) : " + pair + " -> " + t +
-          "\n      %lnan = \"stablehlo.compare\"(%lhs, %lhs)" + ne +
-          "\n      %rnan = \"stablehlo.compare\"(%rhs, %rhs)" + ne +
-          "\n      %r1 = \"stablehlo.select\"(%rnan, %rhs, %m)" + select +
-          "\n      %r = \"stablehlo.select\"(%lnan, %lhs, %r1)" + select +
-          "\n      \"stablehlo.return\"(%r) : (" + t + ") -> ()");
-}
-
+// max and min propagate NaN, as CPU's scatter_reduce and index_reduce do.
 std::string combiner_region(Combine combine, DType dtype) {
   const bool is_bool = dtype == DType::kBool;
   switch (combine) {
     case Combine::kAdd: return ir::scalar_region(is_bool ? "stablehlo.or" : "stablehlo.add", dtype);
     case Combine::kMul: return ir::scalar_region(is_bool ? "stablehlo.and" : "stablehlo.multiply", dtype);
-    case Combine::kMax: return extremum_region("stablehlo.maximum", dtype);
-    case Combine::kMin: return extremum_region("stablehlo.minimum", dtype);
+    case Combine::kMax: return ir::reducer_region(ir::Reducer::kMaxNaN, dtype);
+    case Combine::kMin: return ir::reducer_region(ir::Reducer::kMinNaN, dtype);
     case Combine::kReplace: break;
   }
   const std::string t = ir::to_mlir(Type{dtype, {}});

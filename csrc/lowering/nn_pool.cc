@@ -102,16 +102,23 @@ Value window_element(Graph& g, Value padded, const Pool& p, const std::vector<in
   return g.slice(padded, start, limit, strides);
 }
 
-// The running first maximum over candidates offered in PyTorch's visiting order, with its index.
+// The running first maximum over candidates offered in PyTorch's visiting order, with its index. `real` says
+// which candidates are input elements rather than padding: a real element replaces a padding cell even when
+// equal to it, so a window whose elements are all -inf points at its first element, as on CPU.
 struct FirstMax {
-  Value best, index;
-  void offer(Graph& g, Value value, Value value_index) {
+  Value best, index, best_real;
+  void offer(Graph& g, Value value, Value value_index, Value real = {}) {
     if (!best.valid()) {
       best = value;
       index = value_index;
+      best_real = real;
       return;
     }
     Value take = g.binary("or", g.compare(value, best, Comparison::kGT), g.compare(value, value, Comparison::kNE));
+    if (real.valid()) {
+      take = g.binary("or", take, g.binary("and", real, g.unary("not", best_real)));
+      best_real = g.select(take, real, best_real);
+    }
     best = g.select(take, value, best);
     index = g.select(take, value_index, index);
   }
@@ -123,8 +130,14 @@ std::vector<Value> max_pool(LoweringContext& ctx, size_t spatial) {
   const Type& result = ctx.outputs.at(0);
   const Pool p = pool_geometry(ctx, spatial, in, result, 1, 4);
   const size_t rank = in.dims.size();
-  Value padded = g.pad(ctx.tensor(0), g.constant(-std::numeric_limits<double>::infinity(), in.dtype),
-                       on_spatial(rank, p.padding, 0), on_spatial(rank, p.high, 0));
+  const std::vector<int64_t> low = on_spatial(rank, p.padding, 0), high = on_spatial(rank, p.high, 0);
+  Value padded = g.pad(ctx.tensor(0), g.constant(-std::numeric_limits<double>::infinity(), in.dtype), low, high);
+  const bool has_padding = std::any_of(low.begin(), low.end(), [](int64_t v) { return v > 0; }) ||
+                           std::any_of(high.begin(), high.end(), [](int64_t v) { return v > 0; });
+  Value real_cells;  // true on input elements, false on padding; only where there is padding
+  if (has_padding) {
+    real_cells = g.pad(g.constant_int(1, DType::kBool, in.dims), g.constant_int(0, DType::kBool), low, high);
+  }
   // Flat index of the window's first element: sum((o[d] * stride[d] - padding[d]) * plane_stride[d]).
   const std::vector<int64_t> plane = plane_strides(p.in);
   const Type index_type{DType::kI64, result.dims};
@@ -138,7 +151,9 @@ std::vector<Value> max_pool(LoweringContext& ctx, size_t spatial) {
   for (const std::vector<int64_t>& offset : offsets(p.kernel)) {
     int64_t shift = 0;
     for (size_t d = 0; d < spatial; ++d) shift += (offset[d] * p.dilation[d] - p.padding[d]) * plane[d];
-    max.offer(g, window_element(g, padded, p, offset), g.binary("add", origin, g.constant_int(shift, DType::kI64, result.dims)));
+    Value index = g.binary("add", origin, g.constant_int(shift, DType::kI64, result.dims));
+    max.offer(g, window_element(g, padded, p, offset), index,
+              has_padding ? window_element(g, real_cells, p, offset) : Value{});
   }
   return {max.best, g.convert(max.index, ctx.outputs.at(1).dtype)};
 }

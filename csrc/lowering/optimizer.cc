@@ -30,6 +30,13 @@ Value unless_inf(LoweringContext& ctx, size_t found_inf_arg, Value updated, Valu
   return g.select(skip, old, updated);
 }
 
+// grad + weight_decay * param, left out where weight_decay is 0, as CPU's kernels skip it: 0 * an infinite
+// parameter would make the gradient NaN.
+Value plus_weight_decay(Graph& g, Value grad, Value param, Value weight_decay) {
+  Value decayed = g.binary("add", grad, g.binary("multiply", weight_decay, param));
+  return g.select(g.compare(weight_decay, scalar_like(g, weight_decay, 0.0), ir::Comparison::kNE), decayed, grad);
+}
+
 Value element(LoweringContext& ctx, size_t list, size_t k, DType compute) {
   Value v = ctx.args.at(list).tensors.at(k);
   return ctx.graph.convert(v, compute);
@@ -65,7 +72,7 @@ std::vector<Value> fused_adam(LoweringContext& ctx, bool decoupled_weight_decay)
     if (decoupled_weight_decay) {
       new_param = g.binary("multiply", param, g.binary("subtract", one, g.binary("multiply", lr, weight_decay)));
     } else {
-      grad = g.binary("add", grad, g.binary("multiply", weight_decay, param));
+      grad = plus_weight_decay(g, grad, param, weight_decay);
     }
     Value new_m = g.binary("add", m, g.binary("multiply", g.binary("subtract", grad, m), g.binary("subtract", one, beta1)));
     Value new_v = g.binary("add", g.binary("multiply", v, beta2),
@@ -115,7 +122,7 @@ std::vector<Value> lower_fused_sgd(LoweringContext& ctx) {
       stored_grad = unless_inf(ctx, 11, grad, element(ctx, 1, k, compute));
     }
     if (maximize) grad = g.unary("negate", grad);
-    grad = g.binary("add", grad, g.binary("multiply", weight_decay, param));
+    grad = plus_weight_decay(g, grad, param, weight_decay);
     if (has_momentum) {
       Value buffer = element(ctx, 2, k, compute);
       Value new_buffer = is_first_step

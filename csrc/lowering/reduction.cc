@@ -62,7 +62,7 @@ Value extremum(LoweringContext& ctx, const std::vector<int64_t>& dims, bool is_m
   Graph& g = ctx.graph;
   Value x = ctx.tensor(0);
   const DType dtype = g.type(x).dtype;
-  return g.reduce(x, extreme(g, dtype, is_max), dims, is_max ? Reducer::kMax : Reducer::kMin);
+  return g.reduce(x, extreme(g, dtype, is_max), dims, is_max ? Reducer::kMaxNaN : Reducer::kMinNaN);
 }
 
 // Index of the first extremum along `dim`; in a row holding NaN, of the first NaN (NaN counts as the extremum,
@@ -329,8 +329,8 @@ Value vector_norm(LoweringContext& ctx, double ord, const std::vector<int64_t>& 
   const Type t = g.type(a);
   Value zero = g.constant_int(0, accumulate);
   if (std::isinf(ord)) {
-    // maximum/minimum propagate NaN, as torch's amax does.
-    return ord > 0 ? g.reduce(a, zero, dims, Reducer::kMax) : g.reduce(a, extreme(g, accumulate, false), dims, Reducer::kMin);
+    return ord > 0 ? g.reduce(a, zero, dims, Reducer::kMaxNaN)
+                   : g.reduce(a, extreme(g, accumulate, false), dims, Reducer::kMinNaN);
   }
   if (ord == 0) {
     Value nonzero = g.convert(g.compare(a, g.constant(0.0, accumulate, t.dims), Comparison::kNE), accumulate);

@@ -100,7 +100,8 @@ std::vector<Value> lower_topk(LoweringContext& ctx) {
   const Type t = g.type(s.values);
   const int64_t dim = ctx.type_of(0).rank() == 0 ? 0 : reduction_dims({ctx.integer(2)}, t.rank())[0];
   std::vector<int64_t> start(t.dims.size(), 0), limit = t.dims, unit(t.dims.size(), 1);
-  limit[static_cast<size_t>(dim)] = ctx.integer(1);
+  // A 0-dim input gives its element for k = 0 as for k = 1, as on CPU (the result is 0-dim either way).
+  limit[static_cast<size_t>(dim)] = ctx.type_of(0).rank() == 0 ? 1 : ctx.integer(1);
   Value values = g.slice(s.values, start, limit, unit);
   Value indices = g.slice(s.indices, start, limit, unit);
   return {g.reshape(values, out(ctx, 0).dims), g.reshape(indices, out(ctx, 1).dims)};
