@@ -185,6 +185,38 @@ def test_inplace_dtype_error_same_as_cpu(survivor, other):
     assert_usable(survivor)
 
 
+@pytest.mark.parametrize("write", [
+    lambda x, f, i: x.mul_(f), lambda x, f, i: x.mul_(1.5), lambda x, f, i: x.bool().mul_(x),
+    lambda x, f, i: x.addcmul_(f, f), lambda x, f, i: x.addcdiv_(f, f),
+    lambda x, f, i: x.index_add_(0, i, f[:1]), lambda x, f, i: torch.index_add(x, 0, i, f[:1]),
+    lambda x, f, i: x.index_copy_(0, i, f[:1]), lambda x, f, i: x.index_reduce_(0, i, f[:1], "prod"),
+    lambda x, f, i: x.put_(i, f[:1]), lambda x, f, i: x.index_put_((i,), f[:1]),
+    lambda x, f, i: x.__setitem__(i, f[:1]),
+], ids=["mul_", "mul_scalar", "mul_bool", "addcmul_", "addcdiv_", "index_add_", "index_add", "index_copy_",
+        "index_reduce_", "put_", "index_put_", "setitem"])
+def test_writes_of_another_dtype_raise_as_on_cpu(survivor, write):
+    """Ops whose meta kernels skip CPU's dtype checks: an int tensor must not silently take float results."""
+    ints = {}
+
+    def run(device):
+        ints[device] = torch.ones(3, dtype=torch.int64, device=device)
+        write(ints[device], torch.full((3,), 2.5, device=device), torch.tensor([0], device=device))
+
+    assert isinstance(assert_same_error_as_cpu(run), RuntimeError)
+    torch.testing.assert_close(ints["tpu"].cpu(), torch.ones(3, dtype=torch.int64))
+    assert_usable(survivor)
+
+
+def test_a_mask_write_converts_values_of_another_dtype_as_on_cpu():
+    for value in (torch.tensor(3.5), torch.tensor([3.5]), 4.5):
+        results = []
+        for device in ("cpu", "tpu"):
+            x = torch.zeros(4, dtype=torch.int64, device=device)
+            x[x == 0] = value.to(device) if isinstance(value, torch.Tensor) else value
+            results.append(x.cpu())
+        torch.testing.assert_close(results[1], results[0])
+
+
 # ---- autograd -----------------------------------------------------------------------------------------
 
 def _type_name_free(message: str) -> str:

@@ -340,3 +340,15 @@ def test_sign_of_nan_is_zero_as_on_cpu():
     x = torch.tensor([float("nan"), -0.0, 2.0, -float("inf")])
     for fn in (torch.sign, torch.sgn):
         assert_close(fn(x.to("tpu")).cpu(), fn(x))
+
+
+def test_out_wider_than_the_inputs_takes_their_rounding_as_on_cpu():
+    # bfloat16 operands into a float32 out=: CPU computes in bfloat16 and widens the rounded result; the out=
+    # tensor does not take part in the promotion.
+    x = (torch.randn(4, 4) * 3).bfloat16()
+    for fn in (lambda a, out: torch.mul(a, 3, out=out), lambda a, out: torch.add(a, a * 0.1, out=out),
+               lambda a, out: torch.exp(a, out=out)):
+        expected, actual = torch.empty(4, 4), torch.empty(4, 4, device="tpu")
+        fn(x, expected)
+        fn(x.to("tpu"), actual)
+        assert_close(actual.cpu(), expected, rtol=0, atol=0)

@@ -276,6 +276,10 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor values = (*stack)[first + 2].toTensor();
   bool has_mask = false;
   for (size_t i = 0; i < indices.size(); ++i) has_mask = has_mask || is_mask(indices.get(i));
+  // As CPU: a mask takes values of any dtype (it fills them in, converted); integer indices need self's.
+  TORCH_CHECK(has_mask || values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ", self.scalar_type(),
+              " for the destination and ", values.scalar_type(), " for the source.");
   if (has_mask && !is_count_free_mask_put(self, indices, values)) {
     (*stack)[first + 1] = integer_indices(self, indices);
   }

@@ -139,10 +139,12 @@ bool shaped_on_cpu(const std::string& name) {
   return ops.count(name) != 0;
 }
 
-at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first) {
+// The result type of PyTorch's promotion over the tensors and numbers among `count` arguments from `first`
+// (all of them by default).
+at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first, size_t count = SIZE_MAX) {
   at::native::ResultTypeState state;
   bool any = false;
-  for (size_t i = first; i < stack.size(); ++i) {
+  for (size_t i = first; i < stack.size() && i - first < count; ++i) {
     const c10::IValue& v = stack[i];
     if (v.isTensor() && v.toTensor().defined()) {
       state = at::native::update_result_type_state(v.toTensor(), state);
@@ -155,6 +157,38 @@ at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first) {
     }
   }
   return any ? at::native::result_type(state) : at::kFloat;
+}
+
+// The dtype checks of CPU's kernels that these ops' meta kernels leave out, so tpu would compute what CPU
+// refuses: mul_/addcmul_/addcdiv_ writing a promoted result into a narrower tensor (an int tensor times a
+// float), and the index ops whose source must have self's dtype. Runs when a program is built; the key holds
+// every dtype, so a cached program never needs it. A failing check reruns CPU for its exact words.
+// (index_put checks in its kernel, which sees the mask indices this function would not.)
+void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
+                         size_t first) {
+  const std::string& name = info.name;
+  const size_t dot = name.find('.');
+  std::string base = name.substr(6, dot == std::string::npos ? std::string::npos : dot - 6);  // after "aten::"
+  if (!base.empty() && base.back() == '_') base.pop_back();
+  static const std::unordered_map<std::string, size_t> promoted_inputs = {{"mul", 2}, {"addcmul", 3}, {"addcdiv", 3}};
+  static const std::unordered_map<std::string, size_t> source_arg = {
+      {"index_add", 3}, {"index_copy", 3}, {"index_reduce", 3}, {"put", 2}};
+  auto dtype_of = [&](size_t arg) {
+    const c10::IValue& v = stack[first + arg];
+    return v.isTensor() && v.toTensor().defined() ? std::optional<at::ScalarType>(v.toTensor().scalar_type())
+                                                  : std::nullopt;
+  };
+  bool refused = false;
+  if (auto it = promoted_inputs.find(base); it != promoted_inputs.end() && !info.mutated.empty()) {
+    const std::optional<at::ScalarType> written = dtype_of(info.mutated[0]);
+    refused = written && !c10::canCast(common_dtype(stack, first, it->second), *written);
+  } else if (auto src = source_arg.find(base); src != source_arg.end()) {
+    const std::optional<at::ScalarType> self = dtype_of(0), source = dtype_of(src->second);
+    refused = self && source && *self != *source;
+  }
+  if (!refused) return;
+  check_arguments_on_cpu(op, stack, first);
+  TORCH_CHECK(false, name, ": the dtypes of its arguments do not match as CPU's kernel requires");
 }
 
 // Builds the program's graph and its parameter plan. Every parameter gets one ParamSource, in creation
@@ -458,6 +492,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     const at::Tensor& meta = meta_args[arg].toTensor();
     if (real.toTensor().sizes() != meta.sizes()) real.toTensor().resize_(meta.sizes());
   }
+  check_dtypes_as_cpu(op, info, stack, first);
   const std::vector<WriteTarget> targets = write_targets(info, stack, first);
   for (const WriteTarget& target : targets) outputs.push_back(ir_type(target.tensor));
   if (!lowering::handles_complex(info.rule->op) && has_complex(stack, first, outputs)) throw RunsOnCpu{};
@@ -470,7 +505,11 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
 
   ProgramBuilder builder(*signature);
   ir::Graph& g = builder.graph();
-  lowering::LoweringContext ctx{g, {}, outputs, to_dtype(common_dtype(stack, first)), {}, info.rule->op};
+  // The promotion runs over the inputs: an out= tensor (the last arguments) only receives the result.
+  const size_t inputs = info.is_out_variant && !info.mutated.empty()
+                            ? *std::min_element(info.mutated.begin(), info.mutated.end())
+                            : SIZE_MAX;
+  lowering::LoweringContext ctx{g, {}, outputs, to_dtype(common_dtype(stack, first, inputs)), {}, info.rule->op};
   ctx.value_checks = value_checks_enabled();
   for (size_t i = 0; i < num_args; ++i) {
     const c10::IValue& v = stack[first + i];

@@ -17,7 +17,15 @@ const Type& out(const LoweringContext& ctx) { return ctx.outputs.at(0); }
 
 DType opmath(const LoweringContext& ctx) { return accumulation_dtype(out(ctx).dtype); }
 
-Value finish(LoweringContext& ctx, Value v) { return cast_to(ctx.graph, v, out(ctx)); }
+// The result in the output's type. An out= or in-place result wider than the computation (bfloat16 operands
+// written into a float32 tensor) takes the common dtype's rounding first, as CPU computes in that dtype.
+Value finish(LoweringContext& ctx, Value v) {
+  const DType common = ctx.common_dtype, result = out(ctx).dtype;
+  if (is_floating(common) && is_floating(result) && element_size(common) < element_size(result)) {
+    v = ctx.graph.convert(v, common);
+  }
+  return cast_to(ctx.graph, v, out(ctx));
+}
 
 Value operand(LoweringContext& ctx, size_t i) { return cast_to(ctx.graph, ctx.tensor(i), Type{opmath(ctx), out(ctx).dims}); }
 
