@@ -347,3 +347,18 @@ def test_deprecated_cholesky_raises_on_a_non_positive_definite_input():
     # torch.cholesky has no info output: the device checks it and the next sync raises CPU's message.
     with pytest.raises(RuntimeError, match="positive-definite"):
         torch.cholesky(-torch.eye(3, device="tpu")).cpu()
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.nn.functional.interpolate(torch.ones(1, 1, 3, 3, device=d), scale_factor=0.3, mode="bilinear"),
+    lambda d: torch.nn.functional.interpolate(torch.ones(1, 1, 3, 3, device=d), scale_factor=(1.0, 0.3),
+                                              mode="bicubic"),
+    lambda d: torch.nn.functional.conv_transpose2d(torch.ones(1, 2, 1, 3, device=d), torch.ones(2, 2, 2, 2, device=d),
+                                                   stride=2, padding=(1, 0)),
+    lambda d: torch.nn.functional.conv_transpose3d(torch.ones(1, 2, 1, 3, 2, device=d),
+                                                   torch.ones(2, 2, 2, 2, 2, device=d), stride=2, padding=(1, 0, 0)),
+], ids=["bilinear", "bicubic", "conv_transpose2d", "conv_transpose3d"])
+def test_an_empty_output_dim_raises_as_on_cpu(survivor, make):
+    """The meta kernels accept an empty spatial output here; CPU's kernels refuse it, and so does tpu."""
+    assert isinstance(assert_same_error_as_cpu(make), RuntimeError)
+    assert_usable(survivor)

@@ -196,11 +196,6 @@ def conv_transpose(spatial: int):
         padding = [draw(st.integers(0, 2)) for _ in range(spatial)]
         # output_padding below stride or dilation: PyTorch's own bound
         output_padding = [draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation)]
-        if spatial > 1:
-            # No output size of exactly 0 in 2-d and 3-d: CPU raises, tpu returns an empty tensor (excluded,
-            # see docs/reliability.md). Negative sizes raise on both.
-            padding = [0 if (i - 1) * s + d * (k - 1) + o + 1 == 2 * p else p
-                       for i, s, d, k, o, p in zip(sizes, stride, dilation, kernel, output_padding, padding)]
         options = dict(stride=stride, padding=padding, output_padding=output_padding, groups=groups,
                        dilation=dilation)
         dtype = draw(dtypes(FLOATS))
@@ -234,11 +229,8 @@ def resample(mode: str, antialias: bool = False):
             target = dict(size=sizes)
         else:
             scales = [draw(st.sampled_from([1.5, 0.5, 2.0, 0.75, 1.0, 3.0, 0.3])) for _ in range(spatial)]
-            if mode in ALIGNS:
-                # No scale that leaves a dim empty in the linear and cubic modes: CPU raises, tpu returns an
-                # empty tensor (excluded, see docs/reliability.md). Nearest raises on both, area returns an
-                # empty tensor on both.
-                scales = [1.0 if math.floor(n * scale) == 0 else scale for n, scale in zip(shape[2:], scales)]
+            # A scale may leave a dim empty: the linear and cubic modes and nearest raise, area returns an
+            # empty tensor, on both devices.
             sizes = [math.floor(n * scale) for n, scale in zip(shape[2:], scales)]
             target = dict(scale_factor=scales, recompute_scale_factor=draw(st.booleans()))
         if antialias and sizes[-1] == 1:

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 
 #include "lowering/nn.h"
 
@@ -291,6 +292,13 @@ std::vector<Value> upsample(LoweringContext& ctx, Mode mode) {
   const bool copies = mode == Mode::kNearest || mode == Mode::kNearestExact;
   const DType compute = copies ? in.dtype : accumulation_dtype(in.dtype);
   const std::vector<Taps> taps = spatial_taps(ctx, mode, false, in.dtype, in.dims);
+  // The meta kernels of the linear and cubic modes accept an empty spatial size, CPU's kernels refuse it
+  // (the glue then raises CPU's message).
+  for (size_t d = in.dims.size() - taps.size(); d < in.dims.size() && !copies; ++d) {
+    if (in.dims[d] == 0 || result.dims[d] == 0) {
+      throw std::invalid_argument("Input and output sizes should be greater than 0");
+    }
+  }
   Value x = g.convert(ctx.tensor(0), compute);
   const int64_t first_spatial = in.rank() - static_cast<int64_t>(taps.size());
   for (int64_t d = static_cast<int64_t>(taps.size()) - 1; d >= 0; --d) {
