@@ -362,3 +362,12 @@ def test_an_empty_output_dim_raises_as_on_cpu(survivor, make):
     """The meta kernels accept an empty spatial output here; CPU's kernels refuse it, and so does tpu."""
     assert isinstance(assert_same_error_as_cpu(make), RuntimeError)
     assert_usable(survivor)
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.zeros(3, device=d).uniform_(2, 1),
+    lambda d: torch.multinomial(torch.ones(3, device=d), 5),
+], ids=["uniform_from_above_to", "multinomial_more_than_categories"])
+def test_random_arguments_cpu_refuses_raise_as_on_cpu(survivor, make):
+    assert isinstance(assert_same_error_as_cpu(make), RuntimeError)
+    assert_usable(survivor)

@@ -25,6 +25,8 @@ std::vector<Value> lower_uniform(LoweringContext& ctx) {
   Value u = unit_uniform(g, ctx.rng_state, t.dims, dtype);
   const double from = ctx.real(1);
   const double to = ctx.real(2);
+  // Both are read here, so every pair of values is its own program and the check runs for each.
+  if (!(from <= to)) throw std::invalid_argument("uniform_ expects to return a [from, to) range");
   Value scaled = g.binary("add", g.binary("multiply", u, g.constant(to - from, dtype, t.dims)),
                           g.constant(from, dtype, t.dims));
   return {g.convert(scaled, t.dtype)};
@@ -323,6 +325,10 @@ std::vector<Value> lower_multinomial(LoweringContext& ctx) {
   const int64_t rows = probs.rank() == 2 ? probs.dims[0] : 1;
   const int64_t samples = ctx.integer(1);
   const bool replacement = ctx.boolean(2);
+  // The meta kernel does not check this; CPU's kernel does (the glue raises CPU's message).
+  if (!replacement && samples > categories) {
+    throw std::invalid_argument("cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  }
   if (t.numel() == 0) return {g.constant_int(0, DType::kI64, t.dims)};
   const DType dtype = sample_dtype(probs.dtype);
   Value p = g.convert(g.reshape(ctx.tensor(0), {rows, categories}), dtype);
