@@ -166,9 +166,8 @@ at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first, size_t
 // (index_put checks in its kernel, which sees the mask indices this function would not.)
 void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
                          size_t first) {
-  const std::string& name = info.name;
-  const size_t dot = name.find('.');
-  std::string base = name.substr(6, dot == std::string::npos ? std::string::npos : dot - 6);  // after "aten::"
+  const std::string& qualified = op.schema().name();  // "aten::mul_": no overload name
+  std::string base = qualified.substr(qualified.find("::") + 2);
   if (!base.empty() && base.back() == '_') base.pop_back();
   static const std::unordered_map<std::string, size_t> promoted_inputs = {{"mul", 2}, {"addcmul", 3}, {"addcdiv", 3}};
   static const std::unordered_map<std::string, size_t> source_arg = {
@@ -188,7 +187,7 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
   }
   if (!refused) return;
   check_arguments_on_cpu(op, stack, first);
-  TORCH_CHECK(false, name, ": the dtypes of its arguments do not match as CPU's kernel requires");
+  TORCH_CHECK(false, info.name, ": the dtypes of its arguments do not match as CPU's kernel requires");
 }
 
 // Builds the program's graph and its parameter plan. Every parameter gets one ParamSource, in creation

@@ -132,8 +132,10 @@ std::vector<Value> max_pool(LoweringContext& ctx, size_t spatial) {
   const size_t rank = in.dims.size();
   const std::vector<int64_t> low = on_spatial(rank, p.padding, 0), high = on_spatial(rank, p.high, 0);
   Value padded = g.pad(ctx.tensor(0), g.constant(-std::numeric_limits<double>::infinity(), in.dtype), low, high);
-  const bool has_padding = std::any_of(low.begin(), low.end(), [](int64_t v) { return v > 0; }) ||
-                           std::any_of(high.begin(), high.end(), [](int64_t v) { return v > 0; });
+  auto positive = [](const std::vector<int64_t>& v) {
+    return std::any_of(v.begin(), v.end(), [](int64_t n) { return n > 0; });
+  };
+  const bool has_padding = positive(low) || positive(high);
   Value real_cells;  // true on input elements, false on padding; only where there is padding
   if (has_padding) {
     real_cells = g.pad(g.constant_int(1, DType::kBool, in.dims), g.constant_int(0, DType::kBool), low, high);
