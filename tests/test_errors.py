@@ -276,16 +276,16 @@ def test_missing_plugin():
 def test_fallback_error_mode():
     result = run_python(SUBPROCESS_USABLE + """
 import torch, torchtpu
-x = torch.arange(1.0, 5.0, device="tpu")
+x = torch.tensor([[2.0, 1.0], [0.5, 3.0]], device="tpu")
 try:
-    torch.special.airy_ai(x)
+    torch.linalg.eigvals(x)
 except NotImplementedError as e:
     message = str(e)
 else:
-    raise AssertionError("airy_ai ran although TORCHTPU_FALLBACK=error")
-assert "airy_ai" in message, message
+    raise AssertionError("linalg.eigvals ran although TORCHTPU_FALLBACK=error")
+assert "linalg_eig" in message, message
 assert "TORCHTPU_FALLBACK" in message, message
-torch.testing.assert_close(x.cpu(), torch.arange(1.0, 5.0))
+torch.testing.assert_close(x.cpu(), torch.tensor([[2.0, 1.0], [0.5, 3.0]]))
 assert_usable()
 print("OK")
 """, TORCHTPU_FALLBACK="error")
@@ -299,18 +299,19 @@ import re
 import warnings
 import torch, torchtpu
 torchtpu.reset_metrics()
-x = torch.arange(1.0, 5.0, device="tpu")
+matrix = torch.tensor([[2.0, 1.0], [0.5, 3.0]])
+x = matrix.to("tpu")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    first = torch.special.airy_ai(x)
-    second = torch.special.airy_ai(x * 2)
-messages = [str(w.message) for w in caught if "airy_ai" in str(w.message)]
+    first = torch.linalg.eigvals(x)
+    second = torch.linalg.eigvals(x * 2)
+messages = [str(w.message) for w in caught if "linalg_eig" in str(w.message)]
 assert len(messages) == 1, messages
 op = re.search(r"operator '([^']+)'", messages[0]).group(1)
-assert op.startswith("aten::special_airy_ai"), op
+assert op.startswith("aten::_linalg_eigvals"), op
 assert first.device.type == "tpu" and second.device.type == "tpu"
-torch.testing.assert_close(first.cpu(), torch.special.airy_ai(torch.arange(1.0, 5.0)))
-torch.testing.assert_close(second.cpu(), torch.special.airy_ai(torch.arange(1.0, 5.0) * 2))
+torch.testing.assert_close(first.cpu(), torch.linalg.eigvals(matrix))
+torch.testing.assert_close(second.cpu(), torch.linalg.eigvals(matrix * 2))
 counters = torchtpu.metrics()["ops"][op]
 assert counters["fallbacks"] == 2, counters
 from torchtpu.metrics import fallback_ops
@@ -327,16 +328,16 @@ def fallback_counts(prefix: str) -> int:
 
 def test_default_fallback_in_process(survivor):
     torchtpu.reset_metrics()
-    cpu = torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]])
+    cpu = torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0], [0.5, 0.0, 2.0]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # airy_ai has no lowering (docs/ops.md lists the ops that fall back).
-        result = torch.special.airy_ai(cpu.to("tpu"))
-        result_abs = torch.special.airy_ai(cpu.to("tpu").abs())
+        # The nonsymmetric eigensolver has no lowering (docs/ops.md lists the ops that fall back).
+        result = torch.linalg.eigvals(cpu.to("tpu"))
+        result_abs = torch.linalg.eigvals(cpu.to("tpu").abs())
     assert result.device.type == "tpu"
-    torch.testing.assert_close(result.cpu(), torch.special.airy_ai(cpu))
-    torch.testing.assert_close(result_abs.cpu(), torch.special.airy_ai(cpu.abs()))
-    assert fallback_counts("aten::special_airy_ai") == 2, torchtpu.metrics()["ops"]
+    torch.testing.assert_close(result.cpu(), torch.linalg.eigvals(cpu))
+    torch.testing.assert_close(result_abs.cpu(), torch.linalg.eigvals(cpu.abs()))
+    assert fallback_counts("aten::_linalg_eigvals") == 2, torchtpu.metrics()["ops"]
     # Lowered ops do not count as fallbacks.
     torch.ones(3, device="tpu").add(1).cpu()
     assert fallback_counts("aten::add") == 0

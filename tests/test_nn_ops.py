@@ -499,3 +499,74 @@ def test_adaptive_avg_pool2d(shape, output_size, dtype):
 @pytest.mark.parametrize("shape,pad", [((2, 3, 7), (2, 3)), ((2, 3, 5, 6), (1, 2, 3, 0)), ((1, 2, 3, 4, 5), (1, 1, 2, 0, 1, 2))])
 def test_reflection_and_replication_pad(shape, pad, mode):
     check(lambda x: F.pad(x, pad, mode=mode), [randn(*shape)], (0,))
+
+
+# ---- ctc_loss (nn_ctc.cc) -------------------------------------------------------------------------------
+# Float64 compares at rtol=atol=1e-10 (both run the same recurrence in a different order), float32 at F32.
+
+CTC_LENGTHS = ([12, 7, 3, 0, 12], [5, 2, 0, 1, 3])  # an empty input, an empty target, one with no path
+
+
+def ctc_case(dtype, concatenated, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    input_lengths, target_lengths = CTC_LENGTHS
+    log_probs = torch.randn(12, 5, 6, generator=generator, dtype=dtype).log_softmax(2)
+    targets = torch.randint(1, 6, (5, 5), generator=generator)
+    targets[0, 1] = targets[0, 0]  # a repeated label needs a blank between its copies
+    if concatenated:
+        targets = torch.cat([row[:n] for row, n in zip(targets, target_lengths)])
+    return log_probs, targets
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("concatenated", [False, True], ids=["padded", "concatenated"])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss(dtype, concatenated, reduction, zero_infinity):
+    log_probs, targets = ctc_case(dtype, concatenated)
+    input_lengths, target_lengths = CTC_LENGTHS
+
+    def loss(x, y):
+        # Tensor lengths, as training code passes them: ctc_loss reads them on the host.
+        return F.ctc_loss(x, y, torch.tensor(input_lengths), torch.tensor(target_lengths), reduction=reduction,
+                          zero_infinity=zero_infinity)
+
+    tol = F32 if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
+    expected, actual, (cpu_grads, tpu_grads) = run_both(loss, [log_probs, targets], (0,), dtype)
+    assert_close(actual.cpu(), expected, **tol, equal_nan=True)
+    # Without zero_infinity the sample with no path has an infinite loss and NaN gradients, on CPU too.
+    assert_close(tpu_grads[0].cpu(), cpu_grads[0], **tol, equal_nan=True)
+    assert not fallback_ops(), f"CPU fallbacks: {fallback_ops()}"
+
+
+def test_ctc_loss_lengths_are_operands():
+    """A loop whose lengths change every batch reuses one program per longest target and input."""
+    log_probs, targets = ctc_case(torch.float32, concatenated=False)
+    x = log_probs.to("tpu").requires_grad_()
+    generator = torch.Generator().manual_seed(1)
+
+    def step(input_lengths, target_lengths):
+        x.grad = None
+        F.ctc_loss(x, targets.to("tpu"), input_lengths, target_lengths, zero_infinity=True).backward()
+        expected = log_probs.clone().requires_grad_()
+        F.ctc_loss(expected, targets, input_lengths, target_lengths, zero_infinity=True).backward()
+        assert_close(x.grad.cpu(), expected.grad, **F32)
+
+    step(torch.tensor([12, 3, 5, 9, 1]), torch.tensor([5, 1, 2, 4, 0]))
+    torchtpu.reset_metrics()
+    for _ in range(4):
+        input_lengths = torch.randint(0, 12, (5,), generator=generator)
+        input_lengths[0] = 12
+        target_lengths = torch.randint(0, 5, (5,), generator=generator)
+        target_lengths[1] = 5
+        step(input_lengths, target_lengths)
+    counts = torchtpu.metrics()["ops"]
+    assert counts["aten::_ctc_loss"]["compiles"] == 0 and counts["aten::_ctc_loss_backward"]["compiles"] == 0
+    assert not fallback_ops()
+
+
+def test_ctc_loss_dtype_cpu_refuses():
+    log_probs, targets = ctc_case(torch.float32, concatenated=False)
+    lengths = CTC_LENGTHS
+    with pytest.raises(RuntimeError, match="not implemented for 'BFloat16'"):
+        F.ctc_loss(log_probs.bfloat16().to("tpu"), targets.to("tpu"), *lengths)

@@ -188,6 +188,20 @@ def test_bessel(fn):
         check(fn, x.bfloat16(), **BF16)
 
 
+def test_airy_ai():
+    # CPU's float64 kernel is only ~3e-6 (absolute) accurate on part of the negative axis, its float32 one
+    # ~3e-6 absolute and ~1e-5 relative; tpu is compared with CPU at that level and with exact values
+    # (mpmath) at float64's, across each of its three regions and their borders (1 and -10.25).
+    x = torch.cat([spread(torch.float64, -30, 20, 201),
+                   torch.tensor([1.0, 1.0 + 1e-12, -10.25, -10.25 - 1e-12, 2.0, 5.5, -1e-30])])
+    check(S.airy_ai, x, rtol=1e-5, atol=4e-6)
+    check(S.airy_ai, x.float(), rtol=2e-5, atol=6e-6)
+    finite = x[x.isfinite()]
+    expected = torch.tensor([float(mpmath.airyai(v)) for v in finite.tolist()], dtype=torch.float64)
+    # Right of 1, Ai is exp(-2/3 x^1.5) times a smooth factor: its relative condition is x^1.5.
+    assert_close(S.airy_ai(finite.to("tpu")).cpu(), expected, rtol=2e-13, atol=1e-15)
+
+
 # ---- Orthogonal polynomials ------------------------------------------------------------------------
 
 POLYNOMIALS = [S.chebyshev_polynomial_t, S.chebyshev_polynomial_u, S.chebyshev_polynomial_v,

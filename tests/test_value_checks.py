@@ -78,6 +78,22 @@ CASES = {
 }
 
 
+def _ctc_loss(d, targets, good_lengths, bad_lengths):
+    """ctc_loss's lengths are runtime operands: once a program ran with good lengths, bad ones of the same
+    maxima reach it (a first call would be refused by the meta kernel, before any program)."""
+    log_probs = torch.zeros(4, 2, 3, device=d).log_softmax(2)
+    targets = _long(targets, d)
+    torch.ops.aten._ctc_loss(log_probs, targets, good_lengths[0], good_lengths[1], 0, False)
+    return torch.ops.aten._ctc_loss(log_probs, targets, bad_lengths[0], bad_lengths[1], 0, False)
+
+
+CASES.update({
+    "ctc_loss_input_length": lambda d: _ctc_loss(d, [[1, 2], [2, 1]], ([4, 2], [2, 1]), ([4, -1], [2, 1])),
+    "ctc_loss_target_length": lambda d: _ctc_loss(d, [[1, 2], [2, 1]], ([4, 2], [2, 1]), ([4, 2], [2, -3])),
+    "ctc_loss_targets_size": lambda d: _ctc_loss(d, [1, 2, 2], ([4, 2], [2, 1]), ([4, 2], [2, 2])),
+})
+
+
 def cpu_message(case: str) -> str:
     with pytest.raises((RuntimeError, IndexError)) as raised:
         CASES[case]("cpu")

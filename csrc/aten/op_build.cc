@@ -538,6 +538,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     } else if (v.isIntList()) {
       a.kind = Arg::Kind::kIntList;
       a.ints = v.toIntVector();
+      a.dynamic = info.arg_classes[i] == ArgClass::kIntListOperand;
     } else if (v.isDoubleList()) {
       a.kind = Arg::Kind::kDoubleList;
       a.reals = v.toDoubleVector();
@@ -574,8 +575,11 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   // Scalar operands the rule created become parameters after the tensor reads and the RNG state; scalars
   // it read at compile time key every later program of this op by value.
   for (size_t i : ctx.created_operands) {
-    const bool list = ctx.args[i].kind == Arg::Kind::kDoubleList;
-    builder.adopt(ctx.args[i].operand, {list ? ParamSource::Kind::kScalarList : ParamSource::Kind::kScalar, i});
+    const Arg::Kind kind = ctx.args[i].kind;
+    builder.adopt(ctx.args[i].operand, {kind == Arg::Kind::kDoubleList ? ParamSource::Kind::kScalarList
+                                        : kind == Arg::Kind::kIntList  ? ParamSource::Kind::kIntList
+                                                                       : ParamSource::Kind::kScalar,
+                                        i});
   }
   // A program that checks values reads the device's error state as its last parameter.
   ir::Value check_state;

@@ -96,6 +96,15 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
   info->rule = derive_rule(schema, info->is_out_variant);
   TORCH_CHECK(info->rule != nullptr, "torchtpu: no lowering rule for ", info->name,
               " although it is registered for tpu (this is a torchtpu bug)");
+  if (info->rule->int_lists_are_operands) {
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const c10::TypePtr& type = arguments[i].type();
+      if (type->kind() == c10::TypeKind::ListType &&
+          type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::IntType) {
+        info->arg_classes[i] = ArgClass::kIntListOperand;
+      }
+    }
+  }
   if (info->rule->scalars_shape_output) {
     for (size_t i = 0; i < arguments.size(); ++i) {
       if (info->arg_classes[i] == ArgClass::kScalarOperand) info->static_scalars |= uint64_t{1} << i;

@@ -21,6 +21,7 @@ enum class ArgClass {
   kTensorList,     // Tensor[] / Tensor?[]
   kScalarOperand,  // Scalar / float (optional or not): a runtime operand unless the rule reads its value
   kScalarList,     // Scalar[] (the foreach ops): one runtime operand of all values
+  kIntListOperand,  // int[] of a rule with int_lists_are_operands: one i64 operand, keyed by length and max
   kStatic,         // int, bool, int[], str, ...: part of the program, keyed by value
 };
 

@@ -107,6 +107,8 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
       return scalar_buffer(stack[first + source.arg], device);
     case ParamSource::Kind::kScalarList:
       return scalar_list_buffer(stack[first + source.arg], device);
+    case ParamSource::Kind::kIntList:
+      return int_list_buffer(stack[first + source.arg], device);
     case ParamSource::Kind::kOffset: {
       const int64_t offset = tensors.get(source.arg, source.element).storage_offset();
       return scalar_buffer(DType::kI64, &offset, sizeof offset, device);

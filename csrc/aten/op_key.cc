@@ -1,5 +1,7 @@
 #include "aten/op_key.h"
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "aten/storage.h"
@@ -170,6 +172,14 @@ cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, siz
         }
         break;
       }
+      case ArgClass::kIntListOperand: {
+        const c10::List<int64_t> list = v.toIntList();
+        key.add(static_cast<int64_t>(list.size()));
+        int64_t largest = std::numeric_limits<int64_t>::min();
+        for (int64_t element : list) largest = std::max(largest, element);
+        key.add(largest);
+        break;
+      }
       case ArgClass::kStatic:
         add_static(info, key, v);
         break;
@@ -207,6 +217,10 @@ std::string describe_call(const OpInfo& info, const torch::jit::Stack& stack, si
     } else if (info.arg_classes[arg] == ArgClass::kScalarOperand && !v.isNone()) {
       out << (v.isDouble() ? "float" : v.isComplexDouble() ? "complex" : v.isBool() ? "bool" : "int");
       if ((static_scalars >> arg) & 1) out << "=" << v << " (compile-time value)";
+    } else if (info.arg_classes[arg] == ArgClass::kIntListOperand) {
+      const std::vector<int64_t> ints = v.toIntVector();
+      out << "int[" << ints.size() << "]";
+      if (!ints.empty()) out << " max=" << *std::max_element(ints.begin(), ints.end());
     } else {
       out << v;
     }

@@ -25,6 +25,7 @@ struct ParamSource {
     kCpuScalar,    // a 0-dim CPU tensor argument: its value, uploaded as a rank-0 array
     kScalar,       // a Scalar / float argument: its value (f64, i64 or bool)
     kScalarList,   // a Scalar[] argument: its values as one f64 array
+    kIntList,      // an int[] argument of a rule with int_lists_are_operands: its values as one i64 array
     kOffset,       // the storage offset (elements) of a tensor argument's view, as i64
     kRngState,     // the generator's (seed, offset) for this call
     kWriteBase,    // the whole storage of a mutated argument, which a partial write scatters into

@@ -111,4 +111,10 @@ runtime::BufferPtr scalar_list_buffer(const c10::IValue& list, int device) {
                       device);
 }
 
+runtime::BufferPtr int_list_buffer(const c10::IValue& list, int device) {
+  const std::vector<int64_t> values = list.toIntVector();
+  const int64_t count = static_cast<int64_t>(values.size());
+  return upload_bytes(DType::kI64, values.data(), values.size() * sizeof(int64_t), {count}, device);
+}
+
 }  // namespace torchtpu::aten

@@ -21,5 +21,7 @@ runtime::BufferPtr scalar_buffer(const at::Tensor& cpu_scalar, int device);
 std::vector<double> scalar_list_values(const c10::IValue& list);
 // A Scalar[] argument as one f64 array.
 runtime::BufferPtr scalar_list_buffer(const c10::IValue& list, int device);
+// An int[] argument as one i64 array.
+runtime::BufferPtr int_list_buffer(const c10::IValue& list, int device);
 
 }  // namespace torchtpu::aten

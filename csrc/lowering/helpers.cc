@@ -1,11 +1,41 @@
 #include "lowering/helpers.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 namespace torchtpu::lowering {
+
+Value constant_vector(Graph& g, const std::vector<double>& values, DType dtype) {
+  // Other float types are rounded once from float32.
+  if (is_floating(dtype) && dtype != DType::kF32 && dtype != DType::kF64) {
+    return g.convert(constant_vector(g, values, DType::kF32), dtype);
+  }
+  std::string literal;
+  char buf[40];
+  for (size_t i = 0; i < values.size(); ++i) {
+    // Floats are spelled as their bit patterns, which MLIR reads back exactly.
+    if (dtype == DType::kF64) {
+      uint64_t bits;
+      std::memcpy(&bits, &values[i], sizeof bits);
+      std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(bits));
+    } else if (dtype == DType::kF32) {
+      const float f = static_cast<float>(values[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      std::snprintf(buf, sizeof buf, "0x%08X", bits);
+    } else {
+      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(values[i]));
+    }
+    literal += (i ? ", " : "") + std::string(buf);
+  }
+  const Type type{dtype, {static_cast<int64_t>(values.size())}};
+  return g.op("constant", {}, type, "value = dense<[" + literal + "]> : " + ir::to_mlir(type));
+}
+
 
 Value broadcast_to(Graph& g, Value x, const std::vector<int64_t>& dims) {
   const Type& t = g.type(x);

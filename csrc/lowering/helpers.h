@@ -7,6 +7,10 @@
 
 namespace torchtpu::lowering {
 
+// A 1-d constant holding `values` ([values.size()] of `dtype`), rounded to dtype once.
+// Rules that compute index tables or weights on the host (from static shapes) embed them this way.
+Value constant_vector(Graph& g, const std::vector<double>& values, DType dtype);
+
 // NumPy-style broadcast (align trailing dims) of `x` to `dims`.
 Value broadcast_to(Graph& g, Value x, const std::vector<int64_t>& dims);
 // Converts to `target.dtype` and broadcasts to `target.dims`.

@@ -14,6 +14,8 @@ void add_nn_conv_rules(std::vector<Rule>& table);
 void add_nn_pool_rules(std::vector<Rule>& table);
 void add_upsample_rules(std::vector<Rule>& table);
 void add_nn_distance_rules(std::vector<Rule>& table);
+void add_nn_loss_rules(std::vector<Rule>& table);
+void add_nn_ctc_rules(std::vector<Rule>& table);
 
 // Reduces `x` over `dims` with `reducer` and broadcasts the result back to x's shape, so it can be
 // combined elementwise with x (the "keepdim then expand" step of softmax and the norms).
@@ -25,10 +27,6 @@ Value like(Graph& g, Value x, double value);
 // The dims of `x` other than `dims`, in order: where broadcast_in_dim puts a reduced value back.
 std::vector<int64_t> kept_dims(int64_t rank, const std::vector<int64_t>& dims);
 
-
-// A 1-d constant holding `values` ([values.size()] of `dtype`), rounded to dtype once.
-// Rules that compute index tables or weights on the host (from static shapes) embed them this way.
-Value constant_vector(Graph& g, const std::vector<double>& values, DType dtype);
 // x with dim `dim` replaced by x[..., index[k], ...] for each entry of the 1-d integer `index`.
 Value take_along(Graph& g, Value x, int64_t dim, Value index);
 // `base` with each slice k of `updates` along `dim` combined by `reducer` (kAdd, kMul, kMax, kMin) into

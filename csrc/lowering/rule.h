@@ -38,7 +38,8 @@ struct Arg {
   // may be a runtime operand rather than a compile-time constant. `dynamic` says so; `operand` is its
   // program value (rank-0 f64, c128, i64 or i1; f64[n] for a list), created on first use through
   // LoweringContext::operand or scalar. A rule that reads the value itself (real(),
-  // integer()) sets `read_statically`, and the caller then keys the program by that value.
+  // integer()) sets `read_statically`, and the caller then keys the program by that value. A kIntList of a
+  // rule with int_lists_are_operands is dynamic too: its operand is i64[n].
   bool dynamic = false;
   Value operand;
   mutable bool read_statically = false;
@@ -74,7 +75,12 @@ struct LoweringContext {
   int64_t integer(size_t i) const;
   double real(size_t i) const;  // kDouble or kInt, as double
   bool boolean(size_t i) const { return integer(i) != 0; }
+  // An int[] argument's values at compile time; throws for one that is a runtime operand (read it with
+  // int_list).
   const std::vector<int64_t>& ints(size_t i) const;
+  // An int[] argument as an i64[n] value: its runtime operand where the rule takes int lists as operands,
+  // a constant otherwise.
+  Value int_list(size_t i);
   const std::vector<double>& reals(size_t i) const;
   const std::string& text(size_t i) const;
   // States a check CPU makes on argument values: `failed` (bool, any shape) marks the elements that fail
@@ -100,6 +106,11 @@ struct Rule {
   // start, end and step), not only its values. Other rules read scalars as operands (LoweringContext::scalar)
   // or, where they specialise on a value, through real()/integer(), which keys the program by it.
   bool scalars_shape_output = false;
+  // Its int[] arguments are runtime operands (LoweringContext::int_list) rather than compile-time values:
+  // the program is keyed by each list's length and largest element only, which is all the shapes of its
+  // results may depend on (ctc_loss's log_alpha on the longest target), so varying lengths share one
+  // program. Checks CPU makes on the other values become value checks.
+  bool int_lists_are_operands = false;
 };
 
 const Rule* find_rule(const std::string& op);

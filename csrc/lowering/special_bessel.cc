@@ -1,5 +1,9 @@
-// Bessel functions: modified I0/I1/K0/K1 (and scaled forms), J0/J1/Y0/Y1, spherical j0. Series, integrals,
+// Bessel functions: modified I0/I1/K0/K1 (and scaled forms), J0/J1/Y0/Y1, spherical j0, and the Airy
+// function Ai (a Bessel function of order 1/3). Series, integrals,
 // recurrences and asymptotic expansions whose term counts reach float64 precision; references cited below.
+#include <tuple>
+#include <utility>
+
 #include "lowering/special_math.h"
 
 namespace torchtpu::lowering::special {
@@ -254,9 +258,136 @@ std::vector<Value> lower_spherical_bessel_j0(LoweringContext& ctx) {
   return {finish(ctx, m.select(m.eq(m.abs(x), m.c(kInf)), m.c(0), r))};  // the limit, where sin(x)/x is NaN
 }
 
+// ---- Airy function Ai ---------------------------------------------------------------------------------
+//
+// Three regions, each reaching float64 precision (checked against mpmath to 2e-15 relative to
+// |Ai| + |Ai'| in the middle, 2e-13 relative on the right, where exp(-zeta) itself is that sensitive to x):
+//  * -10.25 <= x <= 1: the Taylor series about the nearest multiple of 1/2, x0. Ai'' = x Ai gives its
+//    coefficients from Ai(x0) and Ai'(x0): a2 = x0 a0 / 2, a_{n+2} = (x0 a_n + a_{n-1}) / ((n + 1)(n + 2)).
+//    The node values come from the same series, stepped in double from Ai(0) and Ai'(0) when a program is
+//    built, and are read per element from a small table.
+//  * x > 1: Ai(x) = sqrt(x / 3) / pi * K_{1/3}(zeta), zeta = 2/3 x^{3/2} (DLMF 9.6.1), with
+//    K_nu(zeta) = integral_0^inf exp(-zeta cosh t) cosh(nu t) dt (DLMF 10.32.9) by the trapezoidal rule,
+//    which converges exponentially for this analytic integrand. The step shrinks like 1/sqrt(zeta), the width
+//    of the integrand's peak, and exp(-zeta) is taken out, so only Ai's own underflow remains.
+//  * x < -10.25: the asymptotic expansion in 1/zeta (DLMF 9.7.9), 12 terms of each series.
+// As in CPU's kernel, +-inf and NaN give NaN.
+
+constexpr double kAiryNodeSpacing = 0.5;
+constexpr int kAiryLowestNode = -20;  // x0 = -10
+constexpr int kAiryHighestNode = 2;   // x0 = 1
+
+// Ai(x0 + h) and Ai'(x0 + h) from Ai(x0), Ai'(x0), in double (40 terms: |h| <= 1/16 in the table's steps).
+std::pair<double, double> airy_step(double x0, double value, double slope, double h) {
+  std::vector<double> a = {value, slope, x0 * value / 2};
+  for (int n = 1; n < 38; ++n) a.push_back((x0 * a[n] + a[n - 1]) / ((n + 1.0) * (n + 2.0)));
+  double v = 0, d = 0;
+  for (size_t n = a.size(); n-- > 0;) {
+    v = v * h + a[n];
+    if (n > 0) d = d * h + static_cast<double>(n) * a[n];
+  }
+  return {v, d};
+}
+
+// Ai and Ai' at the nodes kAiryLowestNode .. kAiryHighestNode (times the spacing).
+const std::pair<std::vector<double>, std::vector<double>>& airy_nodes() {
+  static const auto nodes = [] {
+    const int count = kAiryHighestNode - kAiryLowestNode + 1;
+    std::vector<double> value(count), slope(count);
+    const double ai0 = 1 / (std::cbrt(9.0) * std::tgamma(2.0 / 3));
+    const double slope0 = -1 / (std::cbrt(3.0) * std::tgamma(1.0 / 3));
+    for (int direction : {1, -1}) {
+      double x = 0, v = ai0, d = slope0;
+      for (int node = 0; node >= kAiryLowestNode && node <= kAiryHighestNode; node += direction) {
+        value[node - kAiryLowestNode] = v;
+        slope[node - kAiryLowestNode] = d;
+        for (int sub = 0; sub < 8; ++sub) {
+          std::tie(v, d) = airy_step(x, v, d, direction * kAiryNodeSpacing / 8);
+          x += direction * kAiryNodeSpacing / 8;
+        }
+      }
+    }
+    return std::make_pair(value, slope);
+  }();
+  return nodes;
+}
+
+Value airy_taylor(const Math& m, Value x) {
+  Graph& g = m.g;
+  Value node = m.round(m.div(x, m.c(kAiryNodeSpacing)));
+  node = m.min(m.max(node, m.c(kAiryLowestNode)), m.c(kAiryHighestNode));
+  Value x0 = m.mul(node, m.c(kAiryNodeSpacing));
+  Value h = m.sub(x, x0);
+  const int64_t numel = Type{m.dtype, m.dims}.numel();
+  Value index = g.reshape(g.convert(m.sub(node, m.c(kAiryLowestNode)), DType::kI32), {numel, 1});
+  auto at_node = [&](const std::vector<double>& table) {
+    return g.reshape(g.gather_flat(constant_vector(g, table, m.dtype), index), m.dims);
+  };
+  std::vector<Value> a = {at_node(airy_nodes().first), at_node(airy_nodes().second)};
+  a.push_back(m.div(m.mul(x0, a[0]), m.c(2)));
+  const int terms = m.dtype == DType::kF64 ? 24 : 14;
+  for (int n = 1; n + 2 < terms; ++n) {
+    a.push_back(m.div(m.add(m.mul(x0, a[n]), a[n - 1]), m.c((n + 1.0) * (n + 2.0))));
+  }
+  Value r = a.back();
+  for (size_t n = a.size() - 1; n-- > 0;) r = m.add(m.mul(r, h), a[n]);
+  return r;
+}
+
+// sinh(u) without cancellation for small u.
+Value sinh_small(const Math& m, Value u) { return m.mul(m.c(0.5), m.sub(m.expm1(u), m.expm1(m.neg(u)))); }
+
+Value airy_right(const Math& m, Value x) {
+  Value zeta = m.mul(m.c(2.0 / 3), m.mul(x, m.sqrt(x)));
+  Value step = m.min(m.c(0.25), m.div(m.c(0.5), m.sqrt(zeta)));
+  Value sum = m.c(0.5);  // the t = 0 term, halved
+  for (int k = 1; k < 32; ++k) {
+    Value t = m.mul(step, m.c(k));
+    Value s = sinh_small(m, m.mul(t, m.c(0.5)));
+    Value third = m.mul(t, m.c(1.0 / 3));
+    Value cosh_third = m.mul(m.c(0.5), m.add(m.exp(third), m.exp(m.neg(third))));
+    // exp(-zeta (cosh t - 1)) with cosh t - 1 = 2 sinh^2(t / 2).
+    sum = m.add(sum, m.mul(m.exp(m.mul(m.c(-2), m.mul(zeta, m.mul(s, s)))), cosh_third));
+  }
+  return m.mul(m.mul(m.div(m.sqrt(m.div(x, m.c(3))), m.c(kPi)), m.exp(m.neg(zeta))), m.mul(sum, step));
+}
+
+Value airy_left(const Math& m, Value x) {
+  Value z = m.neg(x);
+  Value zeta = m.mul(m.c(2.0 / 3), m.mul(z, m.sqrt(z)));
+  // u_k = (6k-5)(6k-3)(6k-1) / ((2k-1) 216 k) u_{k-1} (DLMF 9.7.2); P takes the even ones, Q the odd ones,
+  // with alternating signs.
+  std::vector<double> u = {1.0};
+  for (int k = 1; k < 24; ++k) {
+    u.push_back(u.back() * (6.0 * k - 5) * (6.0 * k - 3) * (6.0 * k - 1) / ((2.0 * k - 1) * 216 * k));
+  }
+  std::vector<double> even, odd;
+  for (int k = 0; k < 12; ++k) {
+    even.push_back((k % 2 ? -1 : 1) * u[2 * k]);
+    odd.push_back((k % 2 ? -1 : 1) * u[2 * k + 1]);
+  }
+  Value inverse = m.div(m.c(1), zeta);
+  Value inverse_squared = m.mul(inverse, inverse);
+  Value p = m.polynomial(inverse_squared, even);
+  Value q = m.mul(inverse, m.polynomial(inverse_squared, odd));
+  Value phase = m.sub(zeta, m.c(kPi / 4));
+  Value wave = m.add(m.mul(m.cos(phase), p), m.mul(m.sin(phase), q));
+  return m.div(wave, m.mul(m.c(std::sqrt(kPi)), m.sqrt(m.sqrt(z))));
+}
+
+std::vector<Value> lower_airy_ai(LoweringContext& ctx) {
+  Math m = math(ctx);
+  Value x = operand(ctx, 0);
+  const double taylor_low = kAiryLowestNode * kAiryNodeSpacing - kAiryNodeSpacing / 2;
+  Value r = m.select(m.gt(x, m.c(1)), airy_right(m, x),
+                     m.select(m.lt(x, m.c(taylor_low)), airy_left(m, x), airy_taylor(m, x)));
+  return {finish(ctx, m.select(m.either(m.isnan(x), m.eq(m.abs(x), m.c(kInf))), m.c(kNaN), r))};
+}
+
 }  // namespace
 
 void add_bessel_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::special_airy_ai", &lower_airy_ai});
   table.push_back({"aten::i0", &lower_i0});
   table.push_back({"aten::special_bessel_j0", &lower_bessel_j0});
   table.push_back({"aten::special_bessel_j1", &lower_bessel_j1});

@@ -48,10 +48,12 @@ Value LoweringContext::tensor(size_t i) const {
 
 Value LoweringContext::operand(size_t i) {
   Arg& a = args.at(i);
-  if (!a.dynamic) throw std::invalid_argument("argument " + std::to_string(i) + " is not a dynamic scalar");
+  if (!a.dynamic) throw std::invalid_argument("argument " + std::to_string(i) + " is not a runtime operand");
   if (!a.operand.valid()) {
     if (a.kind == Arg::Kind::kDoubleList) {
       a.operand = graph.parameter(Type{DType::kF64, {static_cast<int64_t>(a.reals.size())}});
+    } else if (a.kind == Arg::Kind::kIntList) {
+      a.operand = graph.parameter(Type{DType::kI64, {static_cast<int64_t>(a.ints.size())}});
     } else {
       const DType dtype = a.kind == Arg::Kind::kDouble    ? DType::kF64
                           : a.kind == Arg::Kind::kComplex ? DType::kC128
@@ -102,7 +104,16 @@ double LoweringContext::real(size_t i) const {
 const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
   const Arg& a = args.at(i);
   if (a.kind != Arg::Kind::kIntList) throw std::invalid_argument("argument " + std::to_string(i) + " is not an int list");
+  if (a.dynamic) throw std::invalid_argument("argument " + std::to_string(i) + " is a runtime operand");
   return a.ints;
+}
+
+Value LoweringContext::int_list(size_t i) {
+  const Arg& a = args.at(i);
+  if (a.kind != Arg::Kind::kIntList) throw std::invalid_argument("argument " + std::to_string(i) + " is not an int list");
+  if (a.dynamic) return operand(i);
+  const Type type{DType::kI64, {static_cast<int64_t>(a.ints.size())}};
+  return graph.op("constant", {}, type, "value = dense<" + ir::bracket_list(a.ints) + "> : " + ir::to_mlir(type));
 }
 
 const std::vector<double>& LoweringContext::reals(size_t i) const {

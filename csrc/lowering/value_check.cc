@@ -88,6 +88,14 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
       return std::string("cholesky: ") + (fact(0) == "1" ? "(Batch element " + std::to_string(position) + "): " : "") +
              "The factorization could not be completed because the input is not positive-definite (the leading "
              "minor of order " + v + " is not positive-definite).";
+    case CheckKind::kCtcNegativeLength:
+      return std::string("Expected ") + (fact(0) == "0" ? "input" : "target") +
+             "_lengths to have value at least 0, but got value " + v +
+             " (while checking arguments for ctc_loss_allocate_outputs)";
+    case CheckKind::kCtcTargetsSize:
+      // The value is the sum of the target lengths, the size concatenated targets must have.
+      return "Expected tensor to have size " + v + " at dimension 0, but got size " + fact(0) +
+             " for argument #2 'targets' (while checking arguments for ctc_loss_allocate_outputs)";
   }
   return "value check failed";
 }

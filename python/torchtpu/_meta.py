@@ -110,6 +110,7 @@ _KERNELS = {
     "_fused_sgd_": _fused_sgd_,
     "_fused_sgd_.tensor_lr": _fused_sgd_,
     "multi_margin_loss_backward": _like_self,  # grad_input has self's shape and dtype
+    "_ctc_loss_backward": _like_self,  # the gradient of log_probs (the second argument)
     "multilabel_margin_loss_backward": _like_self,
     "_cummax_helper": _cumulative_extremum_helper,  # writes values and indices of self's shape
     "_cummin_helper": _cumulative_extremum_helper,
