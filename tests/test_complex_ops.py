@@ -204,11 +204,90 @@ def test_ops_without_a_complex_rule_fall_back_correctly(metrics):
     t = x.to(TPU)
     # Ops whose rules handle real dtypes only, and a rule that reads its scalar at compile time.
     assert_close(t.pow(0.5j).cpu(), x.pow(0.5j))
-    assert_close(torch.var(t, 1).cpu(), torch.var(x, 1))
+    assert_close(torch.logaddexp(t, t.conj()).cpu(), torch.logaddexp(x, x.conj()))
     assert_close(torch.linalg.svdvals(t).cpu(), torch.linalg.svdvals(x), rtol=1e-4, atol=1e-4)
-    assert_close(torch.nn.functional.pad(t, (2, 2), mode="reflect").cpu(),
-                 torch.nn.functional.pad(x, (2, 2), mode="reflect"))
     assert fallback_ops()  # they ran on the CPU, and said so in the metrics
+
+
+def _complex_native_cases(dtype):
+    """name -> fn(device) of the complex cases the reductions, pads, factories, scaled products and
+    Cholesky-family rules serve (each draws its inputs once, outside the lambda)."""
+    g = torch.Generator().manual_seed(0)
+
+    def c(*shape):
+        return torch.randn(*shape, dtype=dtype, generator=g)
+
+    a, b, m, v, w, s = c(3, 4), c(4, 5), c(3, 5), c(4), c(4), c(2, 3, 5)
+    b1, b2, sq, img = c(2, 3, 4), c(2, 4, 5), c(4, 4), c(1, 2, 3, 4)
+    x = c(2, 4, 4)
+    hermitian = x @ x.mH + torch.eye(4, dtype=dtype)
+    failing = hermitian.clone()
+    failing[1] = -failing[1]
+    rhs = c(2, 4, 3)
+    upper = c(2, 4, 4).triu() + 3 * torch.eye(4, dtype=dtype)
+    special = torch.tensor([1 + 1j, complex(float("inf"), 0), complex(0, float("-inf")), complex(float("nan"), 1)],
+                           dtype=dtype)
+    factor = torch.linalg.cholesky(hermitian)
+    compact = torch.geqrf(x)
+    return {
+        "addmm": lambda d: torch.addmm(m.to(d), a.to(d), b.to(d), beta=0.5 + 1j, alpha=2j),
+        "addmm_beta0_ignores_nan": lambda d: torch.addmm(m.to(d) * float("nan"), a.to(d), b.to(d), beta=0, alpha=1 - 1j),
+        "addbmm": lambda d: torch.addbmm(m.to(d), b1.to(d), b2.to(d), beta=1j, alpha=0.5),
+        "baddbmm": lambda d: torch.baddbmm(s.to(d), b1.to(d), b2.to(d), beta=2, alpha=1j),
+        "addr": lambda d: torch.addr(sq.to(d), v.to(d), w.to(d), beta=1j, alpha=2),
+        "addmv": lambda d: torch.addmv(m[:, 0].to(d), a.to(d), v.to(d), beta=1j, alpha=2 - 1j),
+        "vdot": lambda d: torch.vdot(v.to(d), w.to(d)),
+        "var": lambda d: torch.var(a.to(d), 1),
+        "std": lambda d: torch.std(a.to(d), 0, correction=0),
+        "var_mean": lambda d: torch.var_mean(a.to(d), 1, keepdim=True),
+        "std_mean": lambda d: torch.std_mean(a.to(d)),
+        "logsumexp": lambda d: torch.logsumexp(a.to(d), 1),
+        "isinf": lambda d: torch.isinf(special.to(d)),
+        "lerp_scalar": lambda d: torch.lerp(v.to(d), w.to(d), 0.3 + 0.4j),
+        "lerp_tensor": lambda d: torch.lerp(v.to(d), w.to(d), (v * w).to(d)),
+        "norm": lambda d: torch.norm(a.to(d)),
+        "norm_dim": lambda d: torch.norm(a.to(d), p=3, dim=1),
+        "renorm": lambda d: torch.renorm(a.to(d), 2, 0, 1.0),
+        "linspace": lambda d: torch.linspace(1 + 2j, -3 + 1j, 7, dtype=dtype, device=d),
+        "logspace": lambda d: torch.logspace(1 + 1j, 2 - 1j, 5, dtype=dtype, device=d),
+        "reflection_pad": lambda d: torch.nn.functional.pad(s.to(d), (2, 3), mode="reflect"),
+        "replication_pad": lambda d: torch.nn.functional.pad(img.to(d), (1, 2, 2, 0), mode="replicate"),
+        "cholesky": lambda d: torch.linalg.cholesky(hermitian.to(d)),
+        "cholesky_upper": lambda d: torch.linalg.cholesky(hermitian.to(d), upper=True),
+        "cholesky_ex_failure": lambda d: torch.linalg.cholesky_ex(failing.to(d)),
+        "cholesky_solve": lambda d: torch.cholesky_solve(rhs.to(d), factor.to(d)),
+        "cholesky_inverse": lambda d: torch.cholesky_inverse(factor[0].to(d)),
+        "triangular_solve_transpose": lambda d: torch.triangular_solve(rhs.to(d), upper.to(d), transpose=True)[0],
+        "solve_triangular_right": lambda d: torch.linalg.solve_triangular(upper.to(d), rhs.mT.to(d), upper=True,
+                                                                          left=False),
+        "qr": lambda d: torch.linalg.qr(s[0].mT.to(d)),
+        "qr_complete": lambda d: torch.linalg.qr(b1.to(d), mode="complete"),
+        "geqrf": lambda d: torch.geqrf(x.to(d)),
+        "householder_product": lambda d: torch.linalg.householder_product(*(t.to(d) for t in compact)),
+        "ormqr_adjoint_right": lambda d: torch.ormqr(*(t.to(d) for t in compact), rhs.mT.to(d), left=False,
+                                                     transpose=True),
+        "ormqr_left": lambda d: torch.ormqr(*(t.to(d) for t in compact), rhs.to(d)),
+    }
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_reductions_pads_factories_and_factorizations_run_natively(dtype, metrics):
+    # Householder QR picks LAPACK's reflectors, so Q and R (and geqrf's compact form) equal CPU's, phases too.
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.complex64 else dict(rtol=1e-10, atol=1e-10)
+    for name, fn in _complex_native_cases(dtype).items():
+        expected, actual = fn("cpu"), fn(TPU)
+        if not isinstance(expected, tuple):
+            expected, actual = (expected,), (actual,)
+        for e, a in zip(expected, actual):
+            assert_close(a.cpu(), e, equal_nan=True, **tol, msg=lambda text, name=name: f"{name}: {text}")
+    assert fallback_ops() == {}
+
+
+def test_complex_uniform_fills_both_parts(metrics):
+    z = torch.empty(10_000, dtype=torch.complex64, device=TPU).uniform_(-2, 3).cpu()
+    for part in (z.real, z.imag):
+        assert part.min() >= -2 and part.max() < 3 and abs(part.mean().item() - 0.5) < 0.05
+    assert fallback_ops() == {}
 
 
 def test_complex_in_fused_mode_and_compile(metrics):

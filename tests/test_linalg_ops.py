@@ -1,5 +1,5 @@
-"""Matrix decompositions and solvers (csrc/lowering/linalg_decomp.cc) against CPU PyTorch, with no CPU
-fallback: Cholesky, triangular solves, LU and what is built on it, eigh, SVD, QR, lstsq, matrix_exp, eye.
+"""Matrix decompositions and solvers (csrc/lowering/linalg_*.cc) against CPU PyTorch, with no CPU
+fallback: Cholesky, triangular solves, LU and what is built on it, eigh, SVD, QR, lstsq, matrix_exp, eye, LDL.
 
 Tolerances: float32 results at rtol=1e-4/atol=1e-4 (the algorithms differ from LAPACK's, so results agree
 to a few ulps times the condition of the problem, not bit for bit); integer results (pivots, info) exactly.
@@ -256,3 +256,37 @@ def test_lstsq_matches_cpu_for_gelsy_and_gels():
     got, want = torch.linalg.lstsq(a.to("tpu"), b.to("tpu")), torch.linalg.lstsq(a, b)
     torch.testing.assert_close(got.solution.cpu(), want.solution, rtol=1e-4, atol=1e-4)
     assert got.rank.item() == want.rank.item() == 3
+
+
+# ---- LDL (linalg_ldl.cc): LAPACK's sytf2 / sytrs step for step, so the pivots are CPU's exactly ----------
+
+def symmetric(*shape, dtype=torch.float64, generator=None):
+    x = torch.randn(*shape, dtype=dtype, generator=generator)
+    return x + x.mT
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ldl_factor_and_solve_match_lapack(dtype):
+    generator = torch.Generator().manual_seed(0)
+    tol = TOL if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
+    # Sizes 1-8 and a larger one, batched or not: both 1x1 and 2x2 pivots, with and without row swaps.
+    for shape in [(1, 1), (2, 2), (5, 5), (3, 6, 6), (2, 2, 8, 8), (40, 40)]:
+        a = symmetric(*shape, dtype=dtype, generator=generator)
+        want, got = torch.linalg.ldl_factor_ex(a), host(torch.linalg.ldl_factor_ex(tpu(a)))
+        assert torch.equal(got[1], want.pivots) and torch.equal(got[2], want.info), shape
+        assert_close(got[0], want.LD, **tol)
+        b = torch.randn(*shape[:-1], 3, dtype=dtype, generator=generator)
+        assert_close(torch.linalg.ldl_solve(*map(tpu, (want.LD, want.pivots, b))).cpu(),
+                     torch.linalg.ldl_solve(want.LD, want.pivots, b), **tol)
+
+
+def test_ldl_reads_the_lower_triangle_and_reports_a_zero_pivot():
+    a = symmetric(4, 4)
+    a[0, 1:] = 100.0  # the upper triangle is not read
+    a[2, :] = 0.0
+    a[:, 2] = 0.0
+    want, got = torch.linalg.ldl_factor_ex(a), host(torch.linalg.ldl_factor_ex(tpu(a)))
+    assert want.info.item() > 0 and torch.equal(got[2], want.info) and torch.equal(got[1], want.pivots)
+    assert_close(got[0], want.LD, rtol=1e-10, atol=1e-10)
+    with pytest.raises(RuntimeError, match="Unknown error code"):  # CPU's words for a singular LDL
+        torch.linalg.ldl_factor(tpu(torch.zeros(3, 3)))

@@ -353,6 +353,11 @@ std::vector<Value> lower_isinf(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = ctx.tensor(0);
   const Type& t = g.type(x);
+  if (is_complex(t.dtype)) {  // either part infinite
+    Value inf = g.constant(std::numeric_limits<double>::infinity(), complex_part(t.dtype), t.dims);
+    return {g.binary("or", g.compare(g.unary("abs", g.real(x)), inf, Comparison::kEQ),
+                     g.compare(g.unary("abs", g.imag(x)), inf, Comparison::kEQ))};
+  }
   if (!is_floating(t.dtype)) return {g.constant_int(0, DType::kBool, out(ctx).dims)};
   Value inf = g.constant(std::numeric_limits<double>::infinity(), t.dtype, t.dims);
   return {g.compare(g.unary("abs", x), inf, Comparison::kEQ)};
@@ -520,7 +525,9 @@ Value lerp(LoweringContext& ctx, Value weight) {
   Value diff = g.binary("subtract", end, start);
   Value low = g.binary("add", start, g.binary("multiply", weight, diff));
   Value high = g.binary("subtract", end, g.binary("multiply", diff, g.binary("subtract", scalar_like(ctx, 1), weight)));
-  Value small = g.compare(g.unary("abs", weight), scalar_like(ctx, 0.5), Comparison::kLT);
+  // |weight| < 0.5 (the magnitude of a complex weight, as CPU's kernel).
+  Value size = magnitude(g, weight);
+  Value small = g.compare(size, g.constant(0.5, g.type(size).dtype, g.type(size).dims), Comparison::kLT);
   return finish(ctx, g.select(small, low, high));
 }
 std::vector<Value> lower_lerp_scalar(LoweringContext& ctx) { return {lerp(ctx, scalar_arg(ctx, 2))}; }

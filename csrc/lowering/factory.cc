@@ -1,5 +1,8 @@
 // Factories that compute their values on device.
 #include <algorithm>
+#include <cmath>
+#include <complex>
+#include <functional>
 
 #include "lowering/helpers.h"
 
@@ -21,13 +24,25 @@ std::vector<Value> lower_arange(LoweringContext& ctx) {
   return {g.convert(g.binary("add", start, g.binary("multiply", index, step)), t.dtype)};
 }
 
+// An end of a ramp, from its value, as an f64 scalar.
+using EndPoint = std::function<Value(double)>;
+
+// The symmetric ramp from start to end in float64, or for a complex output, the ramps of the real and
+// imaginary parts (the ramp is linear, so this is the complex ramp) as complex128.
+Value ramp(Graph& g, const Type& t, std::complex<double> start, std::complex<double> end, int64_t steps,
+           const EndPoint& end_point) {
+  auto part = [&](double a, double b) { return symmetric_ramp(g, t.dims, end_point(a), end_point(b), steps); };
+  Value re = part(start.real(), end.real());
+  return is_complex(t.dtype) ? g.complex(re, part(start.imag(), end.imag())) : re;
+}
+
 // linspace.out(start, end, steps, out): the symmetric ramp, rounded once.
 std::vector<Value> lower_linspace(LoweringContext& ctx) {
-  Graph& g = ctx.graph;
   const Type& t = ctx.outputs.at(0);
-  Value ramp = symmetric_ramp(g, t.dims, g.constant(ctx.real(0), DType::kF64), g.constant(ctx.real(1), DType::kF64),
-                              ctx.integer(2));
-  return {g.convert(ramp, t.dtype)};
+  Graph& g = ctx.graph;
+  Value r = ramp(g, t, ctx.complex_value(0), ctx.complex_value(1), ctx.integer(2),
+                 [&](double v) { return g.constant(v, DType::kF64); });
+  return {ctx.graph.convert(r, t.dtype)};
 }
 
 // logspace.out(start, end, steps, base, out): base ** ramp in float64, rounded once. Like PyTorch, the ends
@@ -36,15 +51,17 @@ std::vector<Value> lower_logspace(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = ctx.outputs.at(0);
   const int64_t steps = ctx.integer(2);
-  auto end_point = [&](size_t i) {
-    Value exact = g.constant(ctx.real(i), DType::kF64);
+  const DType part = is_complex(t.dtype) ? complex_part(t.dtype) : t.dtype;
+  auto end_point = [&](double v) {
+    Value exact = g.constant(v, DType::kF64);
     if (steps == 1) return exact;
-    if (!is_floating(t.dtype)) return g.constant(static_cast<double>(ctx.integer(i)), DType::kF64);
-    return g.convert(g.convert(exact, t.dtype), DType::kF64);
+    if (!is_floating(part)) return g.constant(std::trunc(v), DType::kF64);
+    return g.convert(g.convert(exact, part), DType::kF64);
   };
-  Value ramp = symmetric_ramp(g, t.dims, end_point(0), end_point(1), steps);
-  Value power = g.binary("power", g.constant(ctx.real(3), DType::kF64, t.dims), ramp);
-  return {g.convert(power, t.dtype)};
+  Value exponent = ramp(g, t, ctx.complex_value(0), ctx.complex_value(1), steps, end_point);
+  Value base = g.constant(ctx.real(3), DType::kF64, t.dims);
+  if (is_complex(t.dtype)) base = g.complex(base, g.constant(0.0, DType::kF64, t.dims));
+  return {g.convert(g.binary("power", base, exponent), t.dtype)};
 }
 
 // _efficientzerotensor(size, dtype, ...): autograd's zero gradient. CPU marks it with the ZeroTensor key to

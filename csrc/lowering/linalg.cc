@@ -1,5 +1,6 @@
 // Matrix and vector products: mm, addmm, bmm, baddbmm, addbmm, addmv, addr, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
 // accumulation in float32 for 16-bit inputs, rounded once to the output dtype.
+#include <complex>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -46,14 +47,16 @@ std::vector<Value> lower_mm(LoweringContext& ctx) {
 }
 
 // beta * self + alpha * product, for the add* family: `product` is in the accumulation dtype, self is
-// argument 0 and broadcasts to the output. beta == 0 ignores self, NaNs included, as PyTorch does.
-Value scale_and_add_self(LoweringContext& ctx, Value product, double beta, double alpha) {
+// argument 0 and broadcasts to the output, beta and alpha are arguments 3 and 4 (complex for a complex
+// output). beta == 0 ignores self, NaNs included, as PyTorch does.
+Value scale_and_add_self(LoweringContext& ctx, Value product) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
-  if (alpha != 1.0) product = g.binary("multiply", product, g.constant(alpha, accumulate, out(ctx).dims));
+  const std::complex<double> beta = ctx.complex_value(3), alpha = ctx.complex_value(4);
+  if (alpha != 1.0) product = g.binary("multiply", product, ctx.scalar(4, accumulate, out(ctx).dims));
   if (beta != 0.0) {
     Value bias = cast_to(g, ctx.tensor(0), Type{accumulate, out(ctx).dims});
-    if (beta != 1.0) bias = g.binary("multiply", bias, g.constant(beta, accumulate, out(ctx).dims));
+    if (beta != 1.0) bias = g.binary("multiply", bias, ctx.scalar(3, accumulate, out(ctx).dims));
     product = g.binary("add", product, bias);
   }
   return g.convert(product, out(ctx).dtype);
@@ -63,7 +66,7 @@ Value scale_and_add_self(LoweringContext& ctx, Value product, double beta, doubl
 std::vector<Value> lower_addmm(LoweringContext& ctx) {
   require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
-  return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)), ctx.real(3), ctx.real(4))};
+  return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)))};
 }
 
 // A product of two [b, n, m] x [b, m, p] operands, converted to the output dtype first: contracting the batch
@@ -87,7 +90,7 @@ std::vector<Value> lower_bmm(LoweringContext& ctx) {
 std::vector<Value> lower_baddbmm(LoweringContext& ctx) {
   require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "baddbmm", out(ctx).numel() > 0);
-  return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), false), ctx.real(3), ctx.real(4))};
+  return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), false))};
 }
 
 // addbmm(self, batch1, batch2, beta, alpha): beta * self + alpha * sum over b of batch1[b] @ batch2[b].
@@ -98,11 +101,11 @@ std::vector<Value> lower_addbmm(LoweringContext& ctx) {
   reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
-  const double beta = ctx.real(3), alpha = ctx.real(4);
   const Type& batch1 = ctx.type_of(1);
   if (element_size(t.dtype) > 2 || batch1.dims[0] == 0) {
-    return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), true), beta, alpha)};
+    return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), true))};
   }
+  const double beta = ctx.real(3), alpha = ctx.real(4);
   const DType accumulate = accumulation_dtype(t.dtype);
   const Type& batch2 = ctx.type_of(2);
   Value first = beta == 0 ? g.constant(0.0, t.dtype, t.dims) : cast_to(g, ctx.tensor(0), t);
@@ -142,6 +145,17 @@ std::vector<Value> lower_dot(LoweringContext& ctx) {
   return {g.convert(product, dtype)};
 }
 
+// vdot(self, other): the dot product with self conjugated.
+std::vector<Value> lower_vdot(LoweringContext& ctx) {
+  require_same_dtypes(ctx, {0, 1});
+  reject_bool(ctx, "vdot", true);
+  Graph& g = ctx.graph;
+  const DType dtype = out(ctx).dtype;
+  Value product = g.dot_general(conjugate(g, g.convert(ctx.tensor(0), dtype)), g.convert(ctx.tensor(1), dtype), {}, {},
+                                {0}, {0}, accumulation_dtype(dtype));
+  return {g.convert(product, dtype)};
+}
+
 // addmv(self, mat, vec, beta, alpha): beta * self + alpha * (mat @ vec)
 std::vector<Value> lower_addmv(LoweringContext& ctx) {
   require_same_dtypes(ctx, {0, 1, 2});
@@ -150,7 +164,7 @@ std::vector<Value> lower_addmv(LoweringContext& ctx) {
   const DType dtype = out(ctx).dtype;
   Value product = g.dot_general(g.convert(ctx.tensor(1), dtype), g.convert(ctx.tensor(2), dtype), {}, {}, {1}, {0},
                                 accumulation_dtype(dtype));
-  return {scale_and_add_self(ctx, product, ctx.real(3), ctx.real(4))};
+  return {scale_and_add_self(ctx, product)};
 }
 
 // addr(self, vec1, vec2, beta, alpha): beta * self + (alpha * vec1) outer vec2. Elementwise like PyTorch's
@@ -164,7 +178,7 @@ std::vector<Value> lower_addr(LoweringContext& ctx) {
   Value v2 = g.broadcast_in_dim(g.convert(ctx.tensor(2), t.dtype), t.dims, {1});
   Value alpha = ctx.scalar(4, t.dtype, t.dims);
   Value product = g.binary(logical ? "and" : "multiply", g.binary(logical ? "and" : "multiply", alpha, v1), v2);
-  if (ctx.real(3) == 0) return {product};
+  if (ctx.complex_value(3) == 0.0) return {product};
   Value scaled_self = g.binary(logical ? "and" : "multiply", ctx.scalar(3, t.dtype, t.dims),
                                cast_to(g, ctx.tensor(0), t));
   return {g.binary(logical ? "or" : "add", scaled_self, product)};
@@ -205,7 +219,7 @@ void add_linalg_rules(std::vector<Rule>& table) {
   table.push_back({"aten::dot", &lower_dot});
   table.push_back({"aten::linalg_cross", &lower_linalg_cross});
   table.push_back({"aten::mm", &lower_mm});
-  table.push_back({"aten::vdot", &lower_dot});  // real dtypes only: complex never reaches the device
+  table.push_back({"aten::vdot", &lower_vdot});
 }
 
 }  // namespace torchtpu::lowering

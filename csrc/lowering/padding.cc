@@ -1,64 +1,72 @@
 // Reflection and replication padding, forward and backward.
 //
 // Along each padded dim, output position o reads input position map(o): reflect mirrors around the edges
-// without repeating them, replicate clamps to them. The map becomes a one-hot [out, in] matrix, so the
-// forward is a contraction with it and the backward (a sum of the gradients of every output position that
-// read an input position) is the contraction with its transpose: exact, and the same code for both.
-#include "lowering/helpers.h"
+// without repeating them, replicate clamps to them. The forward gathers by the map and the backward adds
+// each output position's gradient into the input position it read (a scatter-add): exact, inf and NaN
+// stay where they are, and any element type works (complex included).
+#include <algorithm>
+
+#include "lowering/nn.h"
 
 namespace torchtpu::lowering {
 namespace {
 
-using ir::Comparison;
-
 enum class PadMode { kReflect, kReplicate };
 
-// One-hot [out, in] matrix of the map, in `dtype`.
-Value pad_matrix(Graph& g, int64_t in, int64_t left, int64_t right, PadMode mode, DType dtype) {
-  const int64_t out = in + left + right;
-  const Type index_type{DType::kI64, {out, in}};
-  auto constant = [&](int64_t v) { return g.constant_int(v, DType::kI64, {out, in}); };
-  Value source = g.binary("subtract", g.iota(index_type, 0), constant(left));  // unpadded position
-  if (mode == PadMode::kReplicate) {
-    source = g.binary("minimum", g.binary("maximum", source, constant(0)), constant(in - 1));
-  } else {
-    source = g.unary("abs", source);                                                // mirror the left edge
-    Value past_end = g.binary("subtract", constant(2 * (in - 1)), source);          // mirror the right edge
-    source = g.select(g.compare(source, constant(in - 1), Comparison::kGT), past_end, source);
+// The input position each of the in + left + right output positions reads, as a 1-d i64 constant.
+Value pad_map(Graph& g, int64_t in, int64_t left, int64_t right, PadMode mode) {
+  std::vector<double> source;
+  for (int64_t o = 0; o < in + left + right; ++o) {
+    int64_t i = o - left;
+    if (mode == PadMode::kReplicate) {
+      i = std::min(std::max<int64_t>(i, 0), in - 1);
+    } else {
+      if (i < 0) i = -i;                           // mirror the left edge
+      if (i > in - 1) i = 2 * (in - 1) - i;        // mirror the right edge
+    }
+    source.push_back(static_cast<double>(i));
   }
-  Value hit = g.compare(source, g.iota(index_type, 1), Comparison::kEQ);
-  return g.select(hit, g.constant(1.0, dtype, {out, in}), g.constant(0.0, dtype, {out, in}));
+  return constant_vector(g, source, DType::kI64);
 }
 
-// Pads (backward: unpads) the trailing padding.size() / 2 dims; padding is (left, right) pairs starting from
-// the last dim, as torch.nn.functional.pad takes them.
-Value apply_padding(Graph& g, Value x, const std::vector<int64_t>& padding, const std::vector<int64_t>& unpadded_dims,
-                    PadMode mode, bool backward, DType dtype) {
-  const int64_t rank = static_cast<int64_t>(unpadded_dims.size());
+// Pads the trailing padding.size() / 2 dims of x (unpadded_dims); padding is (left, right) pairs starting
+// from the last dim, as torch.nn.functional.pad takes them.
+Value pad(Graph& g, Value x, const std::vector<int64_t>& padding, PadMode mode) {
+  const int64_t rank = g.type(x).rank();
   for (size_t k = 0; k < padding.size() / 2; ++k) {
     const int64_t dim = rank - 1 - static_cast<int64_t>(k);
-    Value matrix = pad_matrix(g, unpadded_dims[static_cast<size_t>(dim)], padding[2 * k], padding[2 * k + 1], mode, dtype);
-    x = contract_dim(g, x, dim, matrix, backward ? 0 : 1, dtype);
+    const int64_t in = g.type(x).dims[static_cast<size_t>(dim)];
+    x = take_along(g, x, dim, pad_map(g, in, padding[2 * k], padding[2 * k + 1], mode));
   }
   return x;
 }
 
-std::vector<Value> pad_forward(LoweringContext& ctx, PadMode mode) {
-  Graph& g = ctx.graph;
-  const Type in = ctx.type_of(0);
-  const Type result = ctx.outputs.at(0);
-  const DType compute = is_floating(result.dtype) ? accumulation_dtype(result.dtype) : DType::kF64;
-  Value y = apply_padding(g, g.convert(ctx.tensor(0), compute), ctx.ints(1), in.dims, mode, false, compute);
-  return {g.convert(y, result.dtype)};
+// The backward: along each padded dim, the gradient of every output position summed into the input
+// position it read.
+Value unpad(Graph& g, Value grad, const std::vector<int64_t>& padding, const std::vector<int64_t>& unpadded_dims,
+            PadMode mode) {
+  const int64_t rank = static_cast<int64_t>(unpadded_dims.size());
+  for (size_t k = padding.size() / 2; k-- > 0;) {
+    const int64_t dim = rank - 1 - static_cast<int64_t>(k);
+    std::vector<int64_t> dims = g.type(grad).dims;
+    dims[static_cast<size_t>(dim)] = unpadded_dims[static_cast<size_t>(dim)];
+    Value zeros = g.constant(0.0, g.type(grad).dtype, dims);
+    Value map = pad_map(g, dims[static_cast<size_t>(dim)], padding[2 * k], padding[2 * k + 1], mode);
+    grad = scatter_along(g, zeros, dim, map, grad, ir::Reducer::kAdd);
+  }
+  return grad;
 }
 
-// *_backward(grad_output, self, padding)
+std::vector<Value> pad_forward(LoweringContext& ctx, PadMode mode) {
+  return {pad(ctx.graph, ctx.tensor(0), ctx.ints(1), mode)};
+}
+
+// *_backward(grad_output, self, padding): accumulates in float32 for 16-bit gradients.
 std::vector<Value> pad_backward(LoweringContext& ctx, PadMode mode) {
   Graph& g = ctx.graph;
   const Type result = ctx.outputs.at(0);
-  const DType compute = accumulation_dtype(result.dtype);
-  Value dx = apply_padding(g, g.convert(ctx.tensor(0), compute), ctx.ints(2), ctx.type_of(1).dims, mode, true, compute);
-  return {g.convert(dx, result.dtype)};
+  Value grad = g.convert(ctx.tensor(0), accumulation_dtype(result.dtype));
+  return {g.convert(unpad(g, grad, ctx.ints(2), ctx.type_of(1).dims, mode), result.dtype)};
 }
 
 std::vector<Value> lower_reflection_pad(LoweringContext& ctx) { return pad_forward(ctx, PadMode::kReflect); }

@@ -18,18 +18,36 @@ const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.a
 DType sample_dtype(DType out_dtype) { return out_dtype == DType::kF64 ? DType::kF64 : DType::kF32; }
 
 // uniform_(self, from, to, generator)
+// The complex values of [..., 2] (real, imaginary) pairs of one real dtype, as [...].
+Value complex_from_pairs(Graph& g, Value pairs) {
+  const Type& t = g.type(pairs);
+  const std::vector<int64_t> dims(t.dims.begin(), t.dims.end() - 1);
+  std::vector<int64_t> start(t.dims.size(), 0), limit = t.dims, unit(t.dims.size(), 1);
+  limit.back() = 1;
+  Value re = g.reshape(g.slice(pairs, start, limit, unit), dims);
+  start.back() = 1;
+  limit.back() = 2;
+  Value im = g.reshape(g.slice(pairs, start, limit, unit), dims);
+  return g.complex(re, im);
+}
+
+// A complex tensor's real and imaginary parts are each drawn from [from, to), as CPU fills its real view.
 std::vector<Value> lower_uniform(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
-  const DType dtype = sample_dtype(t.dtype);
-  Value u = unit_uniform(g, ctx.rng_state, t.dims, dtype);
+  const bool complex = is_complex(t.dtype);
+  const DType dtype = sample_dtype(complex ? complex_part(t.dtype) : t.dtype);
+  std::vector<int64_t> dims = t.dims;
+  if (complex) dims.push_back(2);
+  Value u = unit_uniform(g, ctx.rng_state, dims, dtype);
   const double from = ctx.real(1);
   const double to = ctx.real(2);
   // Both are read here, so every pair of values is its own program and the check runs for each.
   if (!(from <= to)) throw std::invalid_argument("uniform_ expects to return a [from, to) range");
-  Value scaled = g.binary("add", g.binary("multiply", u, g.constant(to - from, dtype, t.dims)),
-                          g.constant(from, dtype, t.dims));
-  return {g.convert(scaled, t.dtype)};
+  Value scaled = g.binary("add", g.binary("multiply", u, g.constant(to - from, dtype, dims)),
+                          g.constant(from, dtype, dims));
+  if (!complex) return {g.convert(scaled, t.dtype)};
+  return {complex_from_pairs(g, g.convert(scaled, complex_part(t.dtype)))};
 }
 
 // Standard normal samples of `dtype` (float32 or float64): Box-Muller over two uniform draws per sample.
@@ -76,13 +94,7 @@ std::vector<Value> lower_normal(LoweringContext& ctx) {
   pairs.push_back(2);
   Value z = shift_and_scale(g, standard_normal(g, ctx.rng_state, pairs, part), g.constant(ctx.real(1), part, pairs),
                             g.constant(ctx.real(2) / std::sqrt(2.0), part, pairs));
-  std::vector<int64_t> start(pairs.size(), 0), limit = pairs, unit(pairs.size(), 1);
-  limit.back() = 1;
-  Value re = g.reshape(g.slice(z, start, limit, unit), t.dims);
-  start.back() = 1;
-  limit.back() = 2;
-  Value im = g.reshape(g.slice(z, start, limit, unit), t.dims);
-  return {g.complex(re, im)};
+  return {complex_from_pairs(g, z)};
 }
 
 // normal.Tensor_Tensor / Tensor_float / float_Tensor (mean, std, generator): the tensor arguments broadcast. A

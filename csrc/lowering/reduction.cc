@@ -251,21 +251,27 @@ struct Moments {
 
 // Two-pass variance over `dims` (mean first, then squared deviations), which keeps float32 accurate where
 // the one-pass E[x^2]-E[x]^2 cancels. The divisor is max(0, N - correction) as in PyTorch, so a row too
-// short for the correction gives inf or NaN rather than a negative variance.
+// short for the correction gives inf or NaN rather than a negative variance. A complex input's variance is
+// the mean squared magnitude of its deviations (real, in `accumulate`); its mean stays complex.
 Moments moments(LoweringContext& ctx, const std::vector<int64_t>& dims, double correction, DType accumulate) {
   Graph& g = ctx.graph;
-  Value x = g.convert(ctx.tensor(0), accumulate);
+  const DType input = ctx.type_of(0).dtype;
+  Value x = g.convert(ctx.tensor(0), is_complex(input) ? accumulation_dtype(input) : accumulate);
+  const DType values = g.type(x).dtype;
   const Type t = g.type(x);
   std::vector<int64_t> kept;
   for (int64_t i = 0; i < t.rank(); ++i) {
     if (!std::binary_search(dims.begin(), dims.end(), i)) kept.push_back(i);
   }
   const double n = static_cast<double>(count(t, dims));
-  Value sum = g.reduce(x, g.constant_int(0, accumulate), dims, Reducer::kAdd);
+  Value sum = g.reduce(x, g.constant_int(0, values), dims, Reducer::kAdd);
   const std::vector<int64_t> reduced = g.type(sum).dims;
-  Value mean = g.binary("divide", sum, g.constant(n, accumulate, reduced));
+  Value mean = g.binary("divide", sum, g.constant(n, values, reduced));
   Value deviation = g.binary("subtract", x, g.broadcast_in_dim(mean, t.dims, kept));
-  Value squares = g.reduce(g.binary("multiply", deviation, deviation), g.constant_int(0, accumulate), dims, Reducer::kAdd);
+  Value square = is_complex(values) ? g.binary("add", g.binary("multiply", g.real(deviation), g.real(deviation)),
+                                               g.binary("multiply", g.imag(deviation), g.imag(deviation)))
+                                    : g.binary("multiply", deviation, deviation);
+  Value squares = g.reduce(g.convert(square, accumulate), g.constant_int(0, accumulate), dims, Reducer::kAdd);
   Value var = g.binary("divide", squares, g.constant(std::max(0.0, n - correction), accumulate, reduced));
   return {var, mean};
 }
@@ -297,22 +303,25 @@ std::vector<Value> lower_std_mean(LoweringContext& ctx) {
 // ---- logsumexp, vector norms ----------------------------------------------------------------------
 
 // logsumexp(self, dim[], keepdim): max-shifted so large inputs do not overflow; an infinite max is
-// replaced by 0 for the shift so all -inf rows give -inf (not NaN) and +inf rows give +inf.
+// replaced by 0 for the shift so all -inf rows give -inf (not NaN) and +inf rows give +inf. Complex values
+// shift by the largest real part, as PyTorch does.
 std::vector<Value> lower_logsumexp(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
   Value x = g.convert(ctx.tensor(0), accumulate);
   const Type t = g.type(x);
+  const DType part = is_complex(accumulate) ? complex_part(accumulate) : accumulate;
   const std::vector<int64_t> dims = dims_arg(ctx, 1);
   std::vector<int64_t> kept;
   for (int64_t i = 0; i < t.rank(); ++i) {
     if (!std::binary_search(dims.begin(), dims.end(), i)) kept.push_back(i);
   }
-  Value m = g.reduce(x, extreme(g, accumulate, true), dims, Reducer::kMax);
+  Value m = g.reduce(is_complex(accumulate) ? g.real(x) : x, extreme(g, part, true), dims, Reducer::kMax);
   const std::vector<int64_t> reduced = g.type(m).dims;
-  Value is_inf = g.compare(g.unary("abs", m), g.constant(std::numeric_limits<double>::infinity(), accumulate, reduced),
+  Value is_inf = g.compare(g.unary("abs", m), g.constant(std::numeric_limits<double>::infinity(), part, reduced),
                            Comparison::kEQ);
-  m = g.select(is_inf, g.constant(0.0, accumulate, reduced), m);
+  m = g.select(is_inf, g.constant(0.0, part, reduced), m);
+  if (is_complex(accumulate)) m = g.complex(m, g.constant(0.0, part, reduced));
   Value shifted = g.unary("exponential", g.binary("subtract", x, g.broadcast_in_dim(m, t.dims, kept)));
   Value s = g.reduce(shifted, g.constant_int(0, accumulate), dims, Reducer::kAdd);
   return {finish(ctx, g.binary("add", g.unary("log", s), m), 0)};
@@ -373,14 +382,17 @@ std::vector<Value> lower_renorm(LoweringContext& ctx) {
   for (int64_t d = 0; d < t.rank(); ++d) {
     if (d != dim) others.push_back(d);
   }
-  Value norm = g.convert(g.convert(vector_norm(ctx, ctx.real(1), others), t.dtype), accumulate);
+  // A complex input's norms and factors are real, in its parts' type.
+  const DType real_type = is_complex(t.dtype) ? complex_part(t.dtype) : t.dtype;
+  const DType real_accumulate = is_complex(accumulate) ? complex_part(accumulate) : accumulate;
+  Value norm = g.convert(g.convert(vector_norm(ctx, ctx.real(1), others), real_type), real_accumulate);
   const std::vector<int64_t> slices = g.type(norm).dims;
   const double maxnorm = ctx.real(3);
-  Value scale = g.binary("divide", g.constant(maxnorm, accumulate, slices),
-                         g.binary("add", norm, g.constant(1e-7, accumulate, slices)));
-  Value factor = g.select(g.compare(norm, g.constant(maxnorm, accumulate, slices), Comparison::kGT), scale,
-                          g.constant(1.0, accumulate, slices));
-  factor = g.convert(g.convert(factor, t.dtype), accumulate);
+  Value scale = g.binary("divide", g.constant(maxnorm, real_accumulate, slices),
+                         g.binary("add", norm, g.constant(1e-7, real_accumulate, slices)));
+  Value factor = g.select(g.compare(norm, g.constant(maxnorm, real_accumulate, slices), Comparison::kGT), scale,
+                          g.constant(1.0, real_accumulate, slices));
+  factor = g.convert(g.convert(factor, real_type), accumulate);
   Value x = g.convert(ctx.tensor(0), accumulate);
   std::vector<int64_t> kept;
   if (t.rank() > 0) kept.push_back(dim);

@@ -6,6 +6,7 @@
 // back into the mutated tensors.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -74,6 +75,7 @@ struct LoweringContext {
   // throws NotLowered (the call runs on the CPU): rules that read scalars read real ones.
   int64_t integer(size_t i) const;
   double real(size_t i) const;  // kDouble or kInt, as double
+  std::complex<double> complex_value(size_t i) const;  // any number, as a complex one (keyed like real())
   bool boolean(size_t i) const { return integer(i) != 0; }
   // An int[] argument's values at compile time; throws for one that is a runtime operand (read it with
   // int_list).

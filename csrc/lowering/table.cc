@@ -101,6 +101,13 @@ double LoweringContext::real(size_t i) const {
   throw std::invalid_argument("argument " + std::to_string(i) + " is not a number");
 }
 
+std::complex<double> LoweringContext::complex_value(size_t i) const {
+  const Arg& a = args.at(i);
+  if (a.kind != Arg::Kind::kComplex) return {real(i), 0.0};
+  a.read_statically = true;
+  return {a.real, a.imag};
+}
+
 const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
   const Arg& a = args.at(i);
   if (a.kind != Arg::Kind::kIntList) throw std::invalid_argument("argument " + std::to_string(i) + " is not an int list");
