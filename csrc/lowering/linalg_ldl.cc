@@ -274,6 +274,10 @@ std::vector<Value> lower_linalg_ldl_factor_ex(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& a = ctx.type_of(0);
   const int64_t n = a.dims.back(), count = product(batch_of(a));
+  if (n == 0 || count == 0) {  // nothing to factor: an empty factor and pivots, info 0
+    return {g.constant(0, a.dtype, out(ctx, 0).dims), g.constant_int(0, DType::kI32, out(ctx, 1).dims),
+            g.constant_int(0, DType::kI32, out(ctx, 2).dims)};
+  }
   Value stacked = g.reshape(ctx.tensor(0), {count, n, n});
   std::vector<Value> r = over_batch(g, count, {stacked},
                                     {Type{a.dtype, {count, n, n}}, Type{DType::kI32, {count, n}}, Type{DType::kI32, {count}}},
@@ -290,6 +294,7 @@ std::vector<Value> lower_linalg_ldl_solve(LoweringContext& ctx) {
   const Type& result = out(ctx);
   const std::vector<int64_t> batch = batch_of(result);
   const int64_t n = result.dims.end()[-2], width = result.dims.back(), count = product(batch);
+  if (result.numel() == 0) return {g.constant(0, result.dtype, result.dims)};
   Value ld = g.reshape(broadcast_to(g, ctx.tensor(0), append(batch, {n, n})), {count, n, n});
   Value pivots = g.reshape(broadcast_to(g, ctx.tensor(1), append(batch, {n})), {count, n});
   Value b = g.reshape(broadcast_to(g, ctx.tensor(2), result.dims), {count, n, width});

@@ -45,10 +45,30 @@ Value round_robin_order(Graph& g, Value round, int64_t size) {
   return g.select(fixed, g.constant_int(0, DType::kI64, dims), rotating);
 }
 
-// Sum over the last dim of a * b.
+// Sum over the last dim of conj(a) * b.
 Value row_dot(Graph& g, Value a, Value b) {
   const Type& t = g.type(a);
-  return g.reduce(g.binary("multiply", a, b), g.constant(0, t.dtype), {t.rank() - 1}, ir::Reducer::kAdd);
+  return g.reduce(g.binary("multiply", conjugate(g, a), b), g.constant(0, t.dtype), {t.rank() - 1}, ir::Reducer::kAdd);
+}
+
+// |x|^2 elementwise, in x's real type.
+Value squared_magnitude(Graph& g, Value x) {
+  if (!is_complex(g.type(x).dtype)) return g.binary("multiply", x, x);
+  Value re = g.real(x), im = g.imag(x);
+  return g.binary("add", g.binary("multiply", re, re), g.binary("multiply", im, im));
+}
+
+// A complex x as |x| and x / |x| (1 where x is 0), the phase that a complex Jacobi step divides out so the
+// real rotation applies; a real x is its own magnitude, with no phase (an invalid Value).
+std::pair<Value, Value> magnitude_and_phase(Graph& g, Value x) {
+  const Type& t = g.type(x);
+  if (!is_complex(t.dtype)) return {x, Value{}};
+  Value size = magnitude(g, x);
+  const Type& st = g.type(size);
+  Value zero = g.compare(size, g.constant(0, st.dtype, st.dims), ir::Comparison::kEQ);
+  Value safe = g.select(zero, g.constant(1, st.dtype, st.dims), size);
+  Value phase = g.binary("divide", x, g.complex(safe, g.constant(0, st.dtype, st.dims)));
+  return {size, g.select(zero, g.constant(1, t.dtype, t.dims), phase)};
 }
 
 // The rotations (c, s) that make each symmetric 2x2 [[app, apq], [apq, aqq]] diagonal under J^T . J with
@@ -81,8 +101,9 @@ Value rows_in_order(Graph& g, Value x, Value order) {
 }
 
 // Applies the round's rotations to the rows of x [..., size, k] held in round order: row p becomes
-// c x_p - s x_q and row q becomes s x_p + c x_q, i.e. J^T x. Returns the rows in round order.
-Value rotate_ordered_rows(Graph& g, Value ordered, Value c, Value s) {
+// c x_p - s x_q' and row q becomes s x_p + c x_q', i.e. J^T x, where x_q' = x_q times `phase` [..., size/2]
+// (complex rows; no phase: x_q' = x_q). c and s are real. Returns the rows in round order.
+Value rotate_ordered_rows(Graph& g, Value ordered, Value c, Value s, Value phase = {}) {
   const Type t = g.type(ordered);
   const int64_t size = t.dims.end()[-2];
   const int64_t rank = t.rank();
@@ -93,8 +114,9 @@ Value rotate_ordered_rows(Graph& g, Value ordered, Value c, Value s) {
   Value first = g.slice(ordered, zero, middle, unit);
   Value second = g.slice(ordered, second_start, t.dims, unit);
   const std::vector<int64_t> pair_positions = dim_range(0, rank - 1);
-  Value c_full = g.broadcast_in_dim(c, middle, pair_positions);
-  Value s_full = g.broadcast_in_dim(s, middle, pair_positions);
+  if (phase.valid()) second = g.binary("multiply", second, g.broadcast_in_dim(phase, middle, pair_positions));
+  Value c_full = g.convert(g.broadcast_in_dim(c, middle, pair_positions), t.dtype);
+  Value s_full = g.convert(g.broadcast_in_dim(s, middle, pair_positions), t.dtype);
   Value new_first = g.binary("subtract", g.binary("multiply", c_full, first), g.binary("multiply", s_full, second));
   Value new_second = g.binary("add", g.binary("multiply", s_full, first), g.binary("multiply", c_full, second));
   return g.concatenate({new_first, new_second}, rank - 2);
@@ -181,11 +203,12 @@ struct Eigen {
   Value vectors;  // [..., n, n], columns
 };
 
-// Eigendecomposition of the symmetric matrix a [..., n, n] by two-sided Jacobi.
+// Eigendecomposition of the symmetric (Hermitian) matrix a [..., n, n] by two-sided Jacobi. For complex a,
+// each step first turns q by the phase of a_pq (D = diag(1, e^(-i phi))), so D^H A D has a real a_pq.
 Eigen symmetric_eigen(Graph& g, Value a) {
   const Type t = g.type(a);
   const std::vector<int64_t> batch = batch_of(t);
-  const DType dtype = t.dtype;
+  const DType dtype = is_complex(t.dtype) ? complex_part(t.dtype) : t.dtype;  // of eigenvalues and rotations
   Value x = pad_to_even(g, a, 2);
   const int64_t size = g.type(x).dims.back();
   const std::vector<int64_t> square = append(batch, {size, size});
@@ -196,22 +219,25 @@ Eigen symmetric_eigen(Graph& g, Value a) {
     Value back = invert_permutation(g, order);
     // x in round order on both sides: its diagonal holds app then aqq, the diagonal of its upper-right block apq.
     Value ordered = transpose_matrix(g, rows_in_order(g, transpose_matrix(g, rows_in_order(g, s[0], order)), order));
-    auto [app, aqq] = halves(g, diagonal_of(g, ordered));
+    auto [app, aqq] = halves(g, real_part(g, diagonal_of(g, ordered)));
     std::vector<int64_t> block_start(square.size(), 0), block_limit = square, unit(square.size(), 1);
     block_start.back() = size / 2;
     block_limit.end()[-2] = size / 2;
-    Value apq = diagonal_of(g, g.slice(ordered, block_start, block_limit, unit));
+    auto [apq, phase] = magnitude_and_phase(g, diagonal_of(g, g.slice(ordered, block_start, block_limit, unit)));
     auto [c, sn] = rotation(g, app, aqq, apq);
-    // J^T x J: rotate the rows, then the columns (as rows of the transpose), then restore the index order.
-    Value rotated = rotate_ordered_rows(g, transpose_matrix(g, rotate_ordered_rows(g, ordered, c, sn)), c, sn);
+    // J^H x J with J = D R: rotate the rows (row q turned by e^(i phi)), then the columns as rows of the
+    // transpose (column q turned by e^(-i phi)), then restore the index order.
+    Value column_phase = phase.valid() ? conjugate(g, phase) : phase;
+    Value rows_rotated = rotate_ordered_rows(g, ordered, c, sn, phase);
+    Value rotated = rotate_ordered_rows(g, transpose_matrix(g, rows_rotated), c, sn, column_phase);
     Value x = rows_in_order(g, transpose_matrix(g, rows_in_order(g, rotated, back)), back);
     // V J: rotate V's columns.
     Value v_columns = rows_in_order(g, transpose_matrix(g, s[1]), order);
-    Value v = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, v_columns, c, sn), back));
+    Value v = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, v_columns, c, sn, column_phase), back));
     return std::vector<Value>{x, v};
   };
   auto converged = [&](const std::vector<Value>& s) {
-    Value squares = g.binary("multiply", s[0], s[0]);
+    Value squares = squared_magnitude(g, s[0]);
     Value off_diagonal = g.compare(row_index(g, square), column_index(g, square), ir::Comparison::kNE);
     Value off = g.reduce(g.select(off_diagonal, squares, g.constant(0, dtype, square)), g.constant(0, dtype),
                          {static_cast<int64_t>(batch.size()), static_cast<int64_t>(batch.size()) + 1},
@@ -224,20 +250,25 @@ Eigen symmetric_eigen(Graph& g, Value a) {
     const double tolerance = static_cast<double>(size) * epsilon(dtype) * epsilon(dtype);
     return g.compare(off, g.binary("multiply", total, g.constant(tolerance, dtype, batch)), ir::Comparison::kLE);
   };
-  std::vector<Value> r = jacobi_sweeps(g, {x, identity(g, dtype, square)}, size, 30, step, converged);
+  std::vector<Value> r = jacobi_sweeps(g, {x, identity(g, t.dtype, square)}, size, 30, step, converged);
   std::vector<int64_t> zero(square.size(), 0), unit(square.size(), 1);
-  Value values = diagonal_of(g, g.slice(r[0], zero, t.dims, unit));
+  Value values = real_part(g, diagonal_of(g, g.slice(r[0], zero, t.dims, unit)));
   Value vectors = g.slice(r[1], zero, t.dims, unit);
   auto [sorted, order] = sort_with_order(g, values, false);
   return {sorted, gather_columns(g, vectors, order)};
 }
 
-// The symmetric matrix whose lower (or upper) triangle is a's.
+// The symmetric (Hermitian) matrix whose lower (or upper) triangle is a's; as LAPACK's heevd, the imaginary
+// parts of a complex diagonal are taken as zero.
 Value symmetric_from_triangle(Graph& g, Value a, bool lower) {
   const Type& t = g.type(a);
   Value keep = g.compare(row_index(g, t.dims), column_index(g, t.dims),
                          lower ? ir::Comparison::kGE : ir::Comparison::kLE);
-  return g.select(keep, a, transpose_matrix(g, a));
+  Value full = g.select(keep, a, adjoint_matrix(g, a));
+  if (!is_complex(t.dtype)) return full;
+  Value diagonal = g.compare(row_index(g, t.dims), column_index(g, t.dims), ir::Comparison::kEQ);
+  const Type part{complex_part(t.dtype), t.dims};
+  return g.select(diagonal, g.complex(g.real(full), g.constant(0, part.dtype, part.dims)), full);
 }
 
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors); eigenvectors empty unless compute_v.
@@ -256,13 +287,14 @@ struct Svd {
 };
 
 // Thin SVD of a [..., m, n] with m >= n by one-sided Jacobi: rotations orthogonalize a's columns; their norms
-// are the singular values, the normalized columns U and the accumulated rotations V.
+// are the singular values, the normalized columns U and the accumulated rotations V. For complex columns,
+// each pair's inner product a_p^H a_q = |g| e^(i phi) is made real by turning a_q by e^(-i phi) first.
 Svd one_sided_jacobi(Graph& g, Value a) {
   const Type t = g.type(a);
   const std::vector<int64_t> batch = batch_of(t);
   const int64_t m = t.dims.end()[-2];
   const int64_t n = t.dims.back();
-  const DType dtype = t.dtype;
+  const DType dtype = is_complex(t.dtype) ? complex_part(t.dtype) : t.dtype;  // of norms and rotations
   Value x = pad_to_even(g, a, 1);
   const int64_t size = g.type(x).dims.back();
   const std::vector<int64_t> square = append(batch, {size, size});
@@ -279,50 +311,56 @@ Svd one_sided_jacobi(Graph& g, Value a) {
     second_start.end()[-2] = size / 2;
     Value first = g.slice(columns, zero, middle, unit);
     Value second = g.slice(columns, second_start, ct.dims, unit);
-    auto [c, sn] = rotation(g, row_dot(g, first, first), row_dot(g, second, second), row_dot(g, first, second));
-    Value x = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, columns, c, sn), back));
+    const int64_t last = ct.rank() - 1;
+    auto norm2 = [&](Value rows) {
+      return g.reduce(squared_magnitude(g, rows), g.constant(0, dtype), {last}, ir::Reducer::kAdd);
+    };
+    auto [gamma, phase] = magnitude_and_phase(g, row_dot(g, first, second));
+    auto [c, sn] = rotation(g, norm2(first), norm2(second), gamma);
+    if (phase.valid()) phase = conjugate(g, phase);
+    Value x = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, columns, c, sn, phase), back));
     Value v_columns = rows_in_order(g, transpose_matrix(g, s[1]), order);
-    Value v = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, v_columns, c, sn), back));
+    Value v = transpose_matrix(g, rows_in_order(g, rotate_ordered_rows(g, v_columns, c, sn, phase), back));
     return std::vector<Value>{x, v};
   };
   auto converged = [&](const std::vector<Value>& s) {
     // Every pair of columns orthogonal to working precision: gamma^2 <= tol^2 alpha beta.
-    Value gram = matmul(g, transpose_matrix(g, s[0]), s[0]);
-    Value norms = diagonal_of(g, gram);
+    Value gram = matmul(g, adjoint_matrix(g, s[0]), s[0]);
+    Value norms = real_part(g, diagonal_of(g, gram));
     Value scale = g.binary("multiply", g.broadcast_in_dim(norms, square, append(dim_range(0, column_dim), {column_dim})),
                            g.broadcast_in_dim(norms, square, append(dim_range(0, column_dim), {column_dim + 1})));
     Value off_diagonal = g.compare(row_index(g, square), column_index(g, square), ir::Comparison::kNE);
     const double tolerance = static_cast<double>(m) * epsilon(dtype);
-    Value excess = g.compare(g.binary("multiply", gram, gram),
+    Value excess = g.compare(squared_magnitude(g, gram),
                              g.binary("multiply", scale, g.constant(tolerance * tolerance, dtype, square)),
                              ir::Comparison::kGT);
     Value bad = g.binary("and", off_diagonal, excess);
     return g.unary("not", g.reduce(bad, g.constant_int(0, DType::kBool), {column_dim, column_dim + 1},
                                    ir::Reducer::kOr));
   };
-  std::vector<Value> r = jacobi_sweeps(g, {x, identity(g, dtype, square)}, size, 30, step, converged);
+  std::vector<Value> r = jacobi_sweeps(g, {x, identity(g, t.dtype, square)}, size, 30, step, converged);
   std::vector<int64_t> zero(square.size(), 0), unit(square.size(), 1);
   Value columns = g.slice(r[0], zero, append(batch, {m, n}), unit);
   Value v = g.slice(r[1], zero, append(batch, {n, n}), unit);
-  Value norms = g.unary("sqrt", g.reduce(g.binary("multiply", columns, columns), g.constant(0, dtype),
-                                         {column_dim}, ir::Reducer::kAdd));
+  Value norms = g.unary("sqrt", g.reduce(squared_magnitude(g, columns), g.constant(0, dtype), {column_dim},
+                                         ir::Reducer::kAdd));
   auto [sorted, order] = sort_with_order(g, norms, true);
   const std::vector<int64_t> mn = append(batch, {m, n});
   Value divisor = g.broadcast_in_dim(norms, mn, append(dim_range(0, column_dim), {column_dim + 1}));
   Value is_zero = g.compare(divisor, g.constant(0, dtype, mn), ir::Comparison::kEQ);
-  Value u = g.select(is_zero, g.constant(0, dtype, mn), g.binary("divide", columns, divisor));
+  Value u = g.select(is_zero, g.constant(0, t.dtype, mn), g.binary("divide", columns, g.convert(divisor, t.dtype)));
   return {gather_columns(g, u, order), sorted, gather_columns(g, v, order)};
 }
 
 // An orthonormal basis [..., m, m - k] of the complement of the orthonormal columns u [..., m, k]: the
-// strongest columns of the projector I - u u^T after orthogonalizing them.
+// strongest columns of the projector I - u u^H after orthogonalizing them.
 Value orthogonal_complement(Graph& g, Value u) {
   const Type t = g.type(u);
   const std::vector<int64_t> batch = batch_of(t);
   const int64_t m = t.dims.end()[-2];
   const int64_t k = t.dims.back();
   Value projector = g.binary("subtract", identity(g, t.dtype, append(batch, {m, m})),
-                             matmul(g, u, transpose_matrix(g, u)));
+                             matmul(g, u, adjoint_matrix(g, u)));
   Svd basis = one_sided_jacobi(g, projector);
   std::vector<int64_t> zero(static_cast<size_t>(t.rank()), 0), unit(static_cast<size_t>(t.rank()), 1);
   return g.slice(basis.u, zero, append(batch, {m, m - k}), unit);
@@ -336,8 +374,8 @@ std::vector<Value> lower_linalg_svd(LoweringContext& ctx) {
   const int64_t m = t.dims.end()[-2];
   const int64_t n = t.dims.back();
   const bool wide = m < n;
-  // A wide matrix is the transpose of a tall one: A^T = V S U^T.
-  Svd svd = one_sided_jacobi(g, wide ? transpose_matrix(g, a) : a);
+  // A wide matrix is the adjoint of a tall one: A^H = V S U^H.
+  Svd svd = one_sided_jacobi(g, wide ? adjoint_matrix(g, a) : a);
   if (!ctx.boolean(2)) {
     return {g.constant(0, out(ctx, 0).dtype, out(ctx, 0).dims), svd.s,
             g.constant(0, out(ctx, 2).dtype, out(ctx, 2).dims)};
@@ -346,8 +384,8 @@ std::vector<Value> lower_linalg_svd(LoweringContext& ctx) {
   if (ctx.boolean(1) && m != n) {
     left = g.concatenate({left, orthogonal_complement(g, left)}, t.rank() - 1);
   }
-  if (wide) return {svd.v, svd.s, transpose_matrix(g, left)};
-  return {left, svd.s, transpose_matrix(g, svd.v)};
+  if (wide) return {svd.v, svd.s, adjoint_matrix(g, left)};
+  return {left, svd.s, adjoint_matrix(g, svd.v)};
 }
 
 // linalg_lstsq(A, B, rcond?, *, driver?) -> (solution, residuals, rank, singular_values) for the drivers
@@ -363,6 +401,7 @@ std::vector<Value> lower_linalg_lstsq(LoweringContext& ctx) {
   const Type& b_type = ctx.type_of(1);
   const Type& solution = out(ctx, 0);
   const DType dtype = solution.dtype;
+  const DType real = is_complex(dtype) ? complex_part(dtype) : dtype;  // of singular values and residuals
   const int64_t m = a_type.dims.end()[-2], n = a_type.dims.back();
   // B is a vector (or a batch of them) as torch reads it: 1-d, or A's shape without its last dim.
   const bool vector =
@@ -375,36 +414,37 @@ std::vector<Value> lower_linalg_lstsq(LoweringContext& ctx) {
   Value x = g.constant(0, dtype, append(batch, {n, k}));
   Value rank = g.constant_int(0, DType::kI64, batch);
   if (std::min(m, n) > 0) {
-    const bool wide = m < n;  // A^T = V S U^T
-    Svd svd = one_sided_jacobi(g, wide ? transpose_matrix(g, a) : a);
-    Value left = wide ? svd.v : svd.u;   // A = left S right^T
+    const bool wide = m < n;  // A^H = V S U^H
+    Svd svd = one_sided_jacobi(g, wide ? adjoint_matrix(g, a) : a);
+    Value left = wide ? svd.v : svd.u;   // A = left S right^H
     Value right = wide ? svd.u : svd.v;
     const Type& s_type = g.type(svd.s);
     const int64_t last = s_type.rank() - 1;
-    const double rcond = ctx.is_none(2) ? epsilon(dtype) * static_cast<double>(std::max(m, n)) : ctx.real(2);
+    const double rcond = ctx.is_none(2) ? epsilon(real) * static_cast<double>(std::max(m, n)) : ctx.real(2);
     std::vector<int64_t> zero(s_type.dims.size(), 0), first = s_type.dims, unit(s_type.dims.size(), 1);
     first.back() = 1;
     Value largest = g.reshape(g.slice(svd.s, zero, first, unit), batch);
-    Value cutoff = g.broadcast_in_dim(g.binary("multiply", largest, g.constant(rcond, dtype, batch)), s_type.dims,
+    Value cutoff = g.broadcast_in_dim(g.binary("multiply", largest, g.constant(rcond, real, batch)), s_type.dims,
                                       dim_range(0, last));
     Value kept = g.compare(svd.s, cutoff, ir::Comparison::kGT);
-    Value inverse = g.select(kept, g.binary("divide", g.constant(1, dtype, s_type.dims), svd.s),
-                             g.constant(0, dtype, s_type.dims));
+    Value inverse = g.convert(g.select(kept, g.binary("divide", g.constant(1, real, s_type.dims), svd.s),
+                                       g.constant(0, real, s_type.dims)),
+                              dtype);
     rank = g.reduce(g.convert(kept, DType::kI64), g.constant_int(0, DType::kI64), {last}, ir::Reducer::kAdd);
-    Value projected = matmul(g, transpose_matrix(g, left), b);  // [..., p, k]
+    Value projected = matmul(g, adjoint_matrix(g, left), b);  // [..., p, k]
     const Type& p_type = g.type(projected);
     Value scaled = g.binary("multiply", projected, g.broadcast_in_dim(inverse, p_type.dims, dim_range(0, last + 1)));
     x = matmul(g, right, scaled);
   }
-  Value residuals = g.constant(0, dtype, out(ctx, 1).dims);
+  Value residuals = g.constant(0, real, out(ctx, 1).dims);
   if (out(ctx, 1).numel() > 0) {
     Value error = g.binary("subtract", matmul(g, a, x), b);
-    residuals = g.reshape(g.reduce(g.binary("multiply", error, error), g.constant(0, dtype),
+    residuals = g.reshape(g.reduce(squared_magnitude(g, error), g.constant(0, real),
                                    {static_cast<int64_t>(batch.size())}, ir::Reducer::kAdd),
                           out(ctx, 1).dims);
   }
   if (out(ctx, 2).dims != batch) rank = g.constant_int(0, DType::kI64, out(ctx, 2).dims);  // gels: no rank
-  return {g.reshape(x, solution.dims), residuals, rank, g.constant(0, dtype, out(ctx, 3).dims)};
+  return {g.reshape(x, solution.dims), residuals, rank, g.constant(0, real, out(ctx, 3).dims)};
 }
 
 // ---- Householder QR ----
