@@ -477,25 +477,26 @@ std::vector<Value> lower_linalg_matrix_exp(LoweringContext& ctx) {
   const std::vector<int64_t> batch = batch_of(t);
   const int64_t batch_rank = static_cast<int64_t>(batch.size());
   const std::vector<int64_t> batch_positions = dim_range(0, batch_rank);
-  // 1-norm: the largest column sum of |a|.
-  Value column_sums = g.reduce(g.unary("abs", a), g.constant(0, dtype), {batch_rank}, ir::Reducer::kAdd);
-  Value norm = g.reduce(column_sums, g.constant(0, dtype), {batch_rank}, ir::Reducer::kMax);
+  // 1-norm: the largest column sum of |a|. The norm, the scaling and its exponent are real.
+  const DType real = is_complex(dtype) ? complex_part(dtype) : dtype;
+  Value column_sums = g.reduce(magnitude(g, a), g.constant(0, real), {batch_rank}, ir::Reducer::kAdd);
+  Value norm = g.reduce(column_sums, g.constant(0, real), {batch_rank}, ir::Reducer::kMax);
   constexpr double kTheta13 = 5.371920351148152;
-  Value exponent = g.unary("ceil", g.binary("divide", g.unary("log", g.binary("divide", norm, g.constant(kTheta13, dtype, batch))),
-                                            g.constant(std::log(2.0), dtype, batch)));
+  Value exponent = g.unary("ceil", g.binary("divide", g.unary("log", g.binary("divide", norm, g.constant(kTheta13, real, batch))),
+                                            g.constant(std::log(2.0), real, batch)));
   // A NaN or infinite norm gives a NaN result whatever s is. Any finite norm needs s <= the largest normal
   // exponent, so 2^-s is a normal number, built exactly from its exponent bits.
-  const bool is_double = dtype == DType::kF64;
+  const bool is_double = real == DType::kF64;
   const int64_t largest_exponent = is_double ? 1022 : 126;
   Value finite = g.op("is_finite", {exponent}, Type{DType::kBool, batch});
-  exponent = g.select(finite, exponent, g.constant(0, dtype, batch));
-  exponent = g.binary("maximum", g.binary("minimum", exponent, g.constant(static_cast<double>(largest_exponent), dtype, batch)),
-                      g.constant(0, dtype, batch));
+  exponent = g.select(finite, exponent, g.constant(0, real, batch));
+  exponent = g.binary("maximum", g.binary("minimum", exponent, g.constant(static_cast<double>(largest_exponent), real, batch)),
+                      g.constant(0, real, batch));
   const DType bits_dtype = is_double ? DType::kI64 : DType::kI32;
   Value squarings = g.convert(exponent, DType::kI64);
   Value biased = g.binary("subtract", g.constant_int(is_double ? 1023 : 127, bits_dtype, batch), g.convert(exponent, bits_dtype));
   Value bits = g.binary("shift_left", biased, g.constant_int(is_double ? 52 : 23, bits_dtype, batch));
-  Value scale = g.bitcast_convert(bits, Type{dtype, batch});
+  Value scale = g.convert(g.bitcast_convert(bits, Type{real, batch}), dtype);
   Value x = g.binary("multiply", a, g.broadcast_in_dim(scale, t.dims, batch_positions));
 
   static const double b[14] = {64764752532480000.0, 32382376266240000.0, 7771770303897600.0,
