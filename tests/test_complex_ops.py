@@ -206,7 +206,8 @@ def test_ops_without_a_complex_rule_fall_back_correctly(metrics):
     assert_close(t.pow(0.5j).cpu(), x.pow(0.5j))
     assert_close(torch.logcumsumexp(t, 1).cpu(), torch.logcumsumexp(x, 1))
     hermitian = x[:, :4] + x[:, :4].mH
-    assert_close(torch.linalg.ldl_factor(hermitian.to(TPU))[0].cpu(), torch.linalg.ldl_factor(hermitian)[0])
+    assert_close(torch.linalg.ldl_factor(hermitian.to(TPU), hermitian=True)[0].cpu(),
+                 torch.linalg.ldl_factor(hermitian, hermitian=True)[0])
     assert fallback_ops()  # they ran on the CPU, and said so in the metrics
 
 
@@ -230,6 +231,8 @@ def _complex_native_cases(dtype):
                            dtype=dtype)
     factor = torch.linalg.cholesky(hermitian)
     compact = torch.geqrf(x)
+    symmetric = x + x.mT  # complex symmetric, not Hermitian: LAPACK's sytrf
+    ldl = torch.linalg.ldl_factor(symmetric)
     return {
         "addmm": lambda d: torch.addmm(m.to(d), a.to(d), b.to(d), beta=0.5 + 1j, alpha=2j),
         "addmm_beta0_ignores_nan": lambda d: torch.addmm(m.to(d) * float("nan"), a.to(d), b.to(d), beta=0, alpha=1 - 1j),
@@ -261,6 +264,8 @@ def _complex_native_cases(dtype):
         "triangular_solve_transpose": lambda d: torch.triangular_solve(rhs.to(d), upper.to(d), transpose=True)[0],
         "solve_triangular_right": lambda d: torch.linalg.solve_triangular(upper.to(d), rhs.mT.to(d), upper=True,
                                                                           left=False),
+        "ldl_factor": lambda d: torch.linalg.ldl_factor_ex(symmetric.to(d)),
+        "ldl_solve": lambda d: torch.linalg.ldl_solve(*(t.to(d) for t in ldl), rhs.to(d)),
         "logaddexp": lambda d: torch.logaddexp(a.to(d), (a * 1j).to(d)),
         "matrix_exp": lambda d: torch.linalg.matrix_exp(x.to(d)),
         "qr": lambda d: torch.linalg.qr(s[0].mT.to(d)),

@@ -1,7 +1,9 @@
 // LDL^T factorization of symmetric matrices with Bunch-Kaufman pivoting: linalg_ldl_factor_ex and
-// linalg_ldl_solve for real dtypes (complex values take the CPU fallback).
+// linalg_ldl_solve for real and complex symmetric matrices (hermitian=False; the Hermitian variant of complex
+// matrices, hetrf, takes the CPU fallback).
 //
-// They follow LAPACK's unblocked sytf2 and sytrs for the lower triangle step for step, so the pivots (1-based
+// They follow LAPACK's unblocked sytf2 and sytrs for the lower triangle step for step (complex ones compare
+// magnitudes as |re| + |im|, as zsytf2 does), so the pivots (1-based
 // int32, negative for a 2x2 block: both of its rows hold minus the row it was swapped with), the compact factor
 // and `info` (the first zero pivot, 1-based) are what PyTorch's CPU kernels return. Each step is data
 // dependent (a 1x1 or a 2x2 pivot, which row to swap in), so one while loop runs per matrix, and a batch is an
@@ -27,9 +29,16 @@ struct Ldl {
   Graph& g;
   int64_t n;
   DType dtype;
+  DType real;  // of magnitudes: dtype, or its parts' type for complex values
 
   Value i64(int64_t v, std::vector<int64_t> dims = {}) const { return g.constant_int(v, DType::kI64, dims); }
   Value c(double v, std::vector<int64_t> dims = {}) const { return g.constant(v, dtype, dims); }
+  Value r(double v, std::vector<int64_t> dims = {}) const { return g.constant(v, real, dims); }
+  // LAPACK's magnitude for pivoting: |x|, or |re x| + |im x| (cabs1) for complex x.
+  Value size(Value x) const {
+    if (!is_complex(g.type(x).dtype)) return g.unary("abs", x);
+    return g.binary("add", g.unary("abs", g.real(x)), g.unary("abs", g.imag(x)));
+  }
   Value index() const { return g.iota(Type{DType::kI64, {n}}, 0); }
   // M[i, j] (i64 scalars).
   Value element(Value m, Value i, Value j) const {
@@ -49,7 +58,10 @@ struct Ldl {
     return g.binary("multiply", g.broadcast_in_dim(u, dims, {0}), g.broadcast_in_dim(v, dims, {1}));
   }
   // v where the [n] mask holds, 0 elsewhere.
-  Value keep(Value mask, Value v) const { return g.select(mask, v, c(0, g.type(v).dims)); }
+  Value keep(Value mask, Value v) const {
+    const Type& t = g.type(v);
+    return g.select(mask, v, g.constant(0, t.dtype, t.dims));
+  }
   Value rows_past(Value k) const {  // [n]: i > k
     return g.compare(index(), g.broadcast_in_dim(k, {n}, {}), Comparison::kGT);
   }
@@ -78,7 +90,7 @@ struct Factor {
 // sytf2 ("L") of one symmetric matrix given by its lower triangle.
 Factor factor_one(Graph& g, Value a) {
   const Type t = g.type(a);
-  const Ldl m{g, t.dims[0], t.dtype};
+  const Ldl m{g, t.dims[0], t.dtype, is_complex(t.dtype) ? complex_part(t.dtype) : t.dtype};
   const int64_t n = m.n;
   const std::vector<int64_t> nn{n, n};
   const double alpha = (1 + std::sqrt(17.0)) / 8;  // Bunch-Kaufman's growth bound
@@ -89,22 +101,22 @@ Factor factor_one(Graph& g, Value a) {
     Value idx = m.index();
     Value below = m.rows_past(k);
     // The largest off-diagonal magnitude in column k (colmax) and its first row (imax).
-    Value magnitudes = g.select(below, g.unary("abs", m.column(x, k)), m.c(-1, {n}));
-    Value largest = g.reduce(magnitudes, m.c(-1), {0}, ir::Reducer::kMax);
-    Value colmax = g.binary("maximum", largest, m.c(0));
+    Value magnitudes = g.select(below, m.size(m.column(x, k)), m.r(-1, {n}));
+    Value largest = g.reduce(magnitudes, m.r(-1), {0}, ir::Reducer::kMax);
+    Value colmax = g.binary("maximum", largest, m.r(0));
     Value at_largest = g.binary("and", below, g.compare(magnitudes, g.broadcast_in_dim(largest, {n}, {}), Comparison::kEQ));
     Value imax = g.reduce(g.select(at_largest, idx, m.i64(n - 1, {n})), m.i64(n - 1), {0}, ir::Reducer::kMin);
-    Value absakk = g.unary("abs", m.element(x, k, k));
-    Value zero = g.binary("or", g.compare(g.binary("maximum", absakk, colmax), m.c(0), Comparison::kEQ),
+    Value absakk = m.size(m.element(x, k, k));
+    Value zero = g.binary("or", g.compare(g.binary("maximum", absakk, colmax), m.r(0), Comparison::kEQ),
                           g.compare(absakk, absakk, Comparison::kNE));
     // The largest off-diagonal magnitude in row imax of the trailing block.
     Value in_row = g.binary("and", g.compare(idx, g.broadcast_in_dim(k, {n}, {}), Comparison::kGE),
                             g.compare(idx, g.broadcast_in_dim(imax, {n}, {}), Comparison::kNE));
-    Value rowmax = g.reduce(m.keep(in_row, g.unary("abs", m.row(x, imax))), m.c(0), {0}, ir::Reducer::kMax);
-    Value alpha_colmax = m.mul(m.c(alpha), colmax);
+    Value rowmax = g.reduce(m.keep(in_row, m.size(m.row(x, imax))), m.r(0), {0}, ir::Reducer::kMax);
+    Value alpha_colmax = m.mul(m.r(alpha), colmax);
     Value keep_k = g.binary("or", zero, g.binary("or", m.ge(absakk, alpha_colmax),
                                                   m.ge(absakk, m.mul(alpha_colmax, m.div(colmax, rowmax)))));
-    Value single = g.binary("or", keep_k, m.ge(g.unary("abs", m.element(x, imax, imax)), m.mul(m.c(alpha), rowmax)));
+    Value single = g.binary("or", keep_k, m.ge(m.size(m.element(x, imax, imax)), m.mul(m.r(alpha), rowmax)));
     Value kstep = g.select(single, m.i64(1), m.i64(2));
     Value kp = g.select(keep_k, k, imax);
     Value kk = m.add(k, m.sub(kstep, m.i64(1)));
@@ -166,7 +178,7 @@ Factor factor_one(Graph& g, Value a) {
 // sytrs ("L") for one factor: solves A X = B from ld [n, n], pivots [n] and b [n, m].
 Value solve_one(Graph& g, Value ld, Value pivots, Value b) {
   const Type t = g.type(b);
-  const Ldl m{g, t.dims[0], t.dtype};
+  const Ldl m{g, t.dims[0], t.dtype, t.dtype};
   const int64_t n = m.n, width = t.dims[1];
   const std::vector<int64_t> nw{n, width};
   auto pivot_at = [&](Value k) {
@@ -268,9 +280,14 @@ int64_t product(const std::vector<int64_t>& dims) {
   return p;
 }
 
-// linalg_ldl_factor_ex(self, *, hermitian, check_errors) -> (LD, pivots, info). For real matrices the
-// hermitian flag changes nothing.
+// Complex Hermitian factorizations (hetrf, hetrs) run on the CPU; for real matrices the flag changes nothing.
+void require_symmetric_variant(const LoweringContext& ctx, size_t hermitian_arg, size_t matrix_arg) {
+  if (is_complex(ctx.type_of(matrix_arg).dtype) && ctx.boolean(hermitian_arg)) throw NotLowered{};
+}
+
+// linalg_ldl_factor_ex(self, *, hermitian, check_errors) -> (LD, pivots, info)
 std::vector<Value> lower_linalg_ldl_factor_ex(LoweringContext& ctx) {
+  require_symmetric_variant(ctx, 1, 0);
   Graph& g = ctx.graph;
   const Type& a = ctx.type_of(0);
   const int64_t n = a.dims.back(), count = product(batch_of(a));
@@ -290,6 +307,7 @@ std::vector<Value> lower_linalg_ldl_factor_ex(LoweringContext& ctx) {
 
 // linalg_ldl_solve(LD, pivots, B, *, hermitian): the batch dims broadcast.
 std::vector<Value> lower_linalg_ldl_solve(LoweringContext& ctx) {
+  require_symmetric_variant(ctx, 3, 0);
   Graph& g = ctx.graph;
   const Type& result = out(ctx);
   const std::vector<int64_t> batch = batch_of(result);
