@@ -278,12 +278,12 @@ def test_fallback_error_mode():
 import torch, torchtpu
 x = torch.tensor([[2.0, 1.0], [0.5, 3.0]], device="tpu")
 try:
-    torch.linalg.eigvals(x)
+    torch.linalg.lstsq(x, x, driver="gelsd")
 except NotImplementedError as e:
     message = str(e)
 else:
-    raise AssertionError("linalg.eigvals ran although TORCHTPU_FALLBACK=error")
-assert "linalg_eig" in message, message
+    raise AssertionError("lstsq (gelsd) ran although TORCHTPU_FALLBACK=error")
+assert "linalg_lstsq" in message, message
 assert "TORCHTPU_FALLBACK" in message, message
 torch.testing.assert_close(x.cpu(), torch.tensor([[2.0, 1.0], [0.5, 3.0]]))
 assert_usable()
@@ -299,19 +299,20 @@ import re
 import warnings
 import torch, torchtpu
 torchtpu.reset_metrics()
-matrix = torch.tensor([[2.0, 1.0], [0.5, 3.0]])
+# lstsq with the gelsd driver has no lowering (its residuals' shape depends on the data's rank).
+matrix = torch.tensor([[2.0, 1.0], [0.5, 3.0], [1.0, 1.0]])
 x = matrix.to("tpu")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    first = torch.linalg.eigvals(x)
-    second = torch.linalg.eigvals(x * 2)
-messages = [str(w.message) for w in caught if "linalg_eig" in str(w.message)]
+    first = torch.linalg.lstsq(x, x, driver="gelsd").solution
+    second = torch.linalg.lstsq(x * 2, x, driver="gelsd").solution
+messages = [str(w.message) for w in caught if "linalg_lstsq" in str(w.message)]
 assert len(messages) == 1, messages
 op = re.search(r"operator '([^']+)'", messages[0]).group(1)
-assert op.startswith("aten::_linalg_eigvals"), op
+assert op.startswith("aten::linalg_lstsq"), op
 assert first.device.type == "tpu" and second.device.type == "tpu"
-torch.testing.assert_close(first.cpu(), torch.linalg.eigvals(matrix))
-torch.testing.assert_close(second.cpu(), torch.linalg.eigvals(matrix * 2))
+torch.testing.assert_close(first.cpu(), torch.linalg.lstsq(matrix, matrix, driver="gelsd").solution)
+torch.testing.assert_close(second.cpu(), torch.linalg.lstsq(matrix * 2, matrix, driver="gelsd").solution)
 counters = torchtpu.metrics()["ops"][op]
 assert counters["fallbacks"] == 2, counters
 from torchtpu.metrics import fallback_ops
@@ -331,13 +332,13 @@ def test_default_fallback_in_process(survivor):
     cpu = torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0], [0.5, 0.0, 2.0]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # The nonsymmetric eigensolver has no lowering (docs/ops.md lists the ops that fall back).
-        result = torch.linalg.eigvals(cpu.to("tpu"))
-        result_abs = torch.linalg.eigvals(cpu.to("tpu").abs())
+        # lstsq's gelsd driver has no lowering (docs/ops.md lists the ops that fall back).
+        result = torch.linalg.lstsq(cpu.to("tpu"), cpu.to("tpu"), driver="gelsd").solution
+        result_abs = torch.linalg.lstsq(cpu.to("tpu").abs(), cpu.to("tpu"), driver="gelsd").solution
     assert result.device.type == "tpu"
-    torch.testing.assert_close(result.cpu(), torch.linalg.eigvals(cpu))
-    torch.testing.assert_close(result_abs.cpu(), torch.linalg.eigvals(cpu.abs()))
-    assert fallback_counts("aten::_linalg_eigvals") == 2, torchtpu.metrics()["ops"]
+    torch.testing.assert_close(result.cpu(), torch.linalg.lstsq(cpu, cpu, driver="gelsd").solution)
+    torch.testing.assert_close(result_abs.cpu(), torch.linalg.lstsq(cpu.abs(), cpu, driver="gelsd").solution)
+    assert fallback_counts("aten::linalg_lstsq") == 2, torchtpu.metrics()["ops"]
     # Lowered ops do not count as fallbacks.
     torch.ones(3, device="tpu").add(1).cpu()
     assert fallback_counts("aten::add") == 0

@@ -1,5 +1,6 @@
 """Matrix decompositions and solvers (csrc/lowering/linalg_*.cc) against CPU PyTorch, with no CPU
-fallback: Cholesky, triangular solves, LU and what is built on it, eigh, SVD, QR, lstsq, matrix_exp, eye, LDL.
+fallback: Cholesky, triangular solves, LU and what is built on it, eigh, SVD, QR, lstsq, matrix_exp, eye, LDL,
+eig (compared in CPU's eigenvalue order).
 
 Tolerances: float32 results at rtol=1e-4/atol=1e-4 (the algorithms differ from LAPACK's, so results agree
 to a few ulps times the condition of the problem, not bit for bit); integer results (pivots, info) exactly.
@@ -290,3 +291,56 @@ def test_ldl_reads_the_lower_triangle_and_reports_a_zero_pivot():
     assert_close(got[0], want.LD, rtol=1e-10, atol=1e-10)
     with pytest.raises(RuntimeError, match="Unknown error code"):  # CPU's words for a singular LDL
         torch.linalg.ldl_factor(tpu(torch.zeros(3, 3)))
+
+
+# ---- linalg.eig (linalg_orthogonal.cc): shifted QR in complex arithmetic ------------------------------------
+
+def in_order_of(reference, values, vectors=None):
+    """values (and vectors' columns) reordered so each of reference's eigenvalues meets its nearest one:
+    PyTorch specifies no order of eigenvalues."""
+    distance = (reference.unsqueeze(-1) - values.unsqueeze(-2)).abs()
+    order = []
+    for row in distance.reshape(-1, *distance.shape[-2:]):
+        taken = []
+        for position in range(row.shape[0]):
+            free = row[position].clone()
+            free[taken] = float("inf")
+            taken.append(int(free.argmin()))
+        order.append(taken)
+    order = torch.tensor(order).reshape(values.shape)
+    values = values.gather(-1, order)
+    if vectors is None:
+        return values
+    return values, vectors.gather(-1, order.unsqueeze(-2).expand(vectors.shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
+def test_eig_matches_lapack_up_to_order(dtype):
+    generator = torch.Generator().manual_seed(0)
+    tol = dict(rtol=1e-9, atol=1e-9) if dtype == torch.float64 else TOL
+    for shape in [(1, 1), (5, 5), (3, 4, 4), (12, 12)]:
+        a = torch.randn(*shape, dtype=dtype, generator=generator)
+        w, v = torch.linalg.eig(a)
+        wt, vt = host(torch.linalg.eig(tpu(a)))
+        assert wt.dtype == w.dtype and vt.dtype == v.dtype
+        wt, vt = in_order_of(w, wt, vt)
+        assert_close(wt, w, **tol)
+        # LAPACK's normalization: unit norm, largest component real, so equal up to the sign of real vectors.
+        assert_close(vt.abs(), v.abs(), **tol)
+        assert_close(a.to(vt.dtype) @ vt, vt * wt.unsqueeze(-2), **tol)
+        assert_close(in_order_of(w, torch.linalg.eigvals(tpu(a)).cpu()), w, **tol)
+
+
+def test_eig_of_defective_and_zero_matrices_and_its_gradient():
+    jordan = torch.tensor([[2.0, 1.0, 0.0], [0.0, 2.0, 1.0], [0.0, 0.0, 2.0]])
+    for a in (jordan, torch.zeros(3, 3), torch.eye(3), torch.zeros(0, 0)):
+        w, v = host(torch.linalg.eig(tpu(a)))
+        assert v.isfinite().all()
+        assert_close(w, torch.linalg.eigvals(a), **TOL)
+    a = torch.randn(4, 4, dtype=torch.float64)
+    grads = []
+    for x in (a.clone().requires_grad_(), tpu(a).requires_grad_()):
+        w, v = torch.linalg.eig(x)
+        (w.real.pow(2).sum() + w.imag.abs().sum() + v.abs().sum()).backward()
+        grads.append(x.grad.cpu())
+    assert_close(grads[1], grads[0], rtol=1e-9, atol=1e-9)

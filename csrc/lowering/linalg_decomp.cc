@@ -1,6 +1,7 @@
 // Matrix decompositions and what is built on them: Cholesky, triangular solves, LU with partial pivoting
 // (det, slogdet, inv, solve, lu_solve, lu_unpack), matrix_exp, and eye. The Jacobi and Householder families
-// are in linalg_orthogonal.cc, LDL in linalg_ldl.cc; add_linalg_decomposition_rules adds all three.
+// are in linalg_orthogonal.cc, LDL in linalg_ldl.cc, eig in linalg_eig.cc; add_linalg_decomposition_rules
+// adds them all.
 //
 // Only portable StableHLO: stablehlo.cholesky and stablehlo.triangular_solve where StableHLO has the op,
 // while loops elsewhere; no LAPACK custom calls, which exist only on the CPU. Matrices are the last two dims;
@@ -565,6 +566,7 @@ void add_linalg_decomposition_rules(std::vector<Rule>& table) {
   table.push_back({"aten::triangular_solve", &lower_triangular_solve});
   add_linalg_orthogonal_rules(table);
   add_linalg_ldl_rules(table);
+  add_linalg_eig_rules(table);
 }
 
 }  // namespace torchtpu::lowering

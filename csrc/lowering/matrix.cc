@@ -1,5 +1,7 @@
 #include "lowering/matrix.h"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 
 namespace torchtpu::lowering {
@@ -135,4 +137,134 @@ Value invert_permutation(Graph& g, Value permutation) {
                              g.constant_int(0, DType::kI64, dims));
   return g.reduce(positions, g.constant_int(0, DType::kI64), {batch_rank + 1}, ir::Reducer::kAdd);
 }
+// Machine epsilon and the smallest normal number of the dtype the decompositions compute in.
+double epsilon(DType dtype) { return dtype == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
+double smallest_normal(DType dtype) {
+  return dtype == DType::kF64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
+}
+
+// The reflector vector of column `k` (an i64 scalar) of the compact form a [..., m, n], as [..., m]: zero
+// above k, one at k, a's entries below.
+Value reflector(Graph& g, Value a, Value k) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t m = t.dims.end()[-2];
+  const std::vector<int64_t> vector_dims = append(batch, {m});
+  Value column = g.reshape(dynamic_slice(g, a, matrix_starts(g, batch.size(), g.constant_int(0, DType::kI64), k),
+                                         append(batch, {m, 1})),
+                           vector_dims);
+  Value rows = g.iota(Type{DType::kI64, vector_dims}, static_cast<int64_t>(batch.size()));
+  Value k_full = g.broadcast_in_dim(k, vector_dims, {});
+  Value below = g.compare(rows, k_full, ir::Comparison::kGT);
+  Value at = g.compare(rows, k_full, ir::Comparison::kEQ);
+  return g.select(below, column, g.select(at, g.constant(1, t.dtype, vector_dims), g.constant(0, t.dtype, vector_dims)));
+}
+
+// geqrf by Householder reflections, one column per loop step: returns (compact a, tau [..., min(m, n)]).
+std::pair<Value, Value> householder_qr(Graph& g, Value a) {
+  const Type t = g.type(a);
+  const std::vector<int64_t> batch = batch_of(t);
+  const int64_t m = t.dims.end()[-2];
+  const int64_t n = t.dims.back();
+  const int64_t steps = std::min(m, n);
+  const int64_t batch_rank = static_cast<int64_t>(batch.size());
+  const std::vector<int64_t> batch_positions = dim_range(0, batch_rank);
+  Value tau = g.constant(0, t.dtype, append(batch, {steps}));
+  if (steps == 0) return {a, tau};
+  auto body = [&](const std::vector<Value>& s) {
+    Value k = s[0], x = s[1], taus = s[2];
+    const std::vector<int64_t> vector_dims = append(batch, {m});
+    Value column = g.reshape(dynamic_slice(g, x, matrix_starts(g, batch.size(), g.constant_int(0, DType::kI64), k),
+                                           append(batch, {m, 1})),
+                             vector_dims);
+    Value rows = g.iota(Type{DType::kI64, vector_dims}, batch_rank);
+    Value k_vector = g.broadcast_in_dim(k, vector_dims, {});
+    Value below = g.compare(rows, k_vector, ir::Comparison::kGT);
+    Value alpha = vector_element(g, column, k);
+    Value tail = g.select(below, column, g.constant(0, t.dtype, vector_dims));
+    const bool complex = is_complex(t.dtype);
+    const DType part = complex ? complex_part(t.dtype) : t.dtype;
+    auto squared = [&](Value z) {  // |z|^2
+      return complex ? g.binary("add", g.binary("multiply", g.real(z), g.real(z)), g.binary("multiply", g.imag(z), g.imag(z)))
+                     : g.binary("multiply", z, z);
+    };
+    Value tail_norm = g.unary("sqrt", g.reduce(squared(tail), g.constant(0, part), {batch_rank}, ir::Reducer::kAdd));
+    auto scalar = [&](double v) { return g.constant(v, t.dtype, batch); };
+    auto real_scalar = [&](double v) { return g.constant(v, part, batch); };
+    auto as_value = [&](Value real) { return complex ? g.complex(real, real_scalar(0)) : real; };
+    Value no_reflection = g.compare(tail_norm, real_scalar(0), ir::Comparison::kEQ);
+    if (complex) {
+      no_reflection = g.binary("and", no_reflection, g.compare(g.imag(alpha), real_scalar(0), ir::Comparison::kEQ));
+    }
+    Value norm = g.unary("sqrt", g.binary("add", squared(alpha), g.binary("multiply", tail_norm, tail_norm)));
+    Value alpha_negative = g.compare(real_part(g, alpha), real_scalar(0), ir::Comparison::kLT);
+    Value beta = g.select(no_reflection, alpha, as_value(g.select(alpha_negative, norm, g.unary("negate", norm))));
+    Value safe_beta = g.select(no_reflection, scalar(1), beta);
+    Value tau_k = g.select(no_reflection, scalar(0), g.binary("divide", g.binary("subtract", beta, alpha), safe_beta));
+    Value denominator = g.select(no_reflection, scalar(1), g.binary("subtract", alpha, beta));
+    Value v_tail = g.binary("divide", tail, g.broadcast_in_dim(denominator, vector_dims, batch_positions));
+    Value at_k = g.compare(rows, k_vector, ir::Comparison::kEQ);
+    Value v = g.select(below, v_tail, g.select(at_k, g.constant(1, t.dtype, vector_dims),
+                                               g.constant(0, t.dtype, vector_dims)));
+    // Apply H^H = I - conj(tau) v v^H to the columns right of k.
+    Value v_matrix = g.broadcast_in_dim(v, t.dims, append(batch_positions, {batch_rank}));
+    Value w = g.reduce(g.binary("multiply", conjugate(g, v_matrix), x), g.constant(0, t.dtype), {batch_rank},
+                       ir::Reducer::kAdd);
+    Value tw = g.binary("multiply", g.broadcast_in_dim(conjugate(g, tau_k), g.type(w).dims, batch_positions), w);
+    Value applied = g.binary("subtract", x, g.binary("multiply", v_matrix,
+                                                     g.broadcast_in_dim(tw, t.dims, append(batch_positions, {batch_rank + 1}))));
+    Value k_full = g.broadcast_in_dim(k, t.dims, {});
+    Value matrix_rows = row_index(g, t.dims);
+    Value matrix_columns = column_index(g, t.dims);
+    Value right = g.compare(matrix_columns, k_full, ir::Comparison::kGT);
+    Value on_column = g.compare(matrix_columns, k_full, ir::Comparison::kEQ);
+    Value column_k = g.select(g.compare(matrix_rows, k_full, ir::Comparison::kGT), v_matrix,
+                              g.select(g.compare(matrix_rows, k_full, ir::Comparison::kEQ),
+                                       g.broadcast_in_dim(beta, t.dims, batch_positions), x));
+    x = g.select(right, applied, g.select(on_column, column_k, x));
+    const std::vector<int64_t> tau_dims = append(batch, {steps});
+    Value tau_at = g.compare(g.iota(Type{DType::kI64, tau_dims}, batch_rank), g.broadcast_in_dim(k, tau_dims, {}),
+                             ir::Comparison::kEQ);
+    taus = g.select(tau_at, g.broadcast_in_dim(tau_k, tau_dims, batch_positions), taus);
+    return std::vector<Value>{g.binary("add", k, g.constant_int(1, DType::kI64)), x, taus};
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], g.constant_int(steps, DType::kI64), ir::Comparison::kLT)};
+  };
+  std::vector<Value> r = g.while_loop({g.constant_int(0, DType::kI64), a, tau}, cond, body);
+  return {r[1], r[2]};
+}
+
+// Applies the reflectors of the compact form a [..., m, k'] (the first tau.size of them) to c: H c (left,
+// c [..., m, p]) or c H (right, c [..., p, m]), for H_i in increasing order of i (forward) or decreasing;
+// with `adjoint`, H_i^H = I - conj(tau_i) v v^H instead.
+Value apply_reflectors(Graph& g, Value a, Value tau, Value c, bool left, bool forward, bool adjoint) {
+  const Type ct = g.type(c);
+  const int64_t count = g.type(tau).dims.back();
+  if (count == 0 || ct.numel() == 0) return c;
+  const std::vector<int64_t> batch = batch_of(ct);
+  const int64_t batch_rank = static_cast<int64_t>(batch.size());
+  const std::vector<int64_t> batch_positions = dim_range(0, batch_rank);
+  auto body = [&](const std::vector<Value>& s) {
+    Value i = forward ? s[0] : g.binary("subtract", g.constant_int(count - 1, DType::kI64), s[0]);
+    Value v = reflector(g, a, i);
+    Value tau_i = vector_element(g, tau, i);
+    if (adjoint) tau_i = conjugate(g, tau_i);
+    // left: c - tau v (v^H c); right: c - tau (c v) v^H
+    const int64_t v_dim = left ? batch_rank : batch_rank + 1;
+    const int64_t other_dim = left ? batch_rank + 1 : batch_rank;
+    Value v_matrix = g.broadcast_in_dim(v, ct.dims, append(batch_positions, {v_dim}));
+    Value w = g.reduce(g.binary("multiply", left ? conjugate(g, v_matrix) : v_matrix, s[1]), g.constant(0, ct.dtype),
+                       {v_dim}, ir::Reducer::kAdd);
+    Value tw = g.binary("multiply", g.broadcast_in_dim(tau_i, g.type(w).dims, batch_positions), w);
+    Value update = g.binary("multiply", left ? v_matrix : conjugate(g, v_matrix),
+                            g.broadcast_in_dim(tw, ct.dims, append(batch_positions, {other_dim})));
+    return std::vector<Value>{g.binary("add", s[0], g.constant_int(1, DType::kI64)), g.binary("subtract", s[1], update)};
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], g.constant_int(count, DType::kI64), ir::Comparison::kLT)};
+  };
+  return g.while_loop({g.constant_int(0, DType::kI64), c}, cond, body)[1];
+}
+
 }  // namespace torchtpu::lowering

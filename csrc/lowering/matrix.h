@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "lowering/helpers.h"
@@ -49,9 +50,19 @@ Value triangular_solve(Graph& g, Value a, Value b, bool left, bool lower, bool u
 Value gather_rows(Graph& g, Value x, Value rows);
 // The inverse of a permutation [..., m]: inverse[permutation[i]] = i, found as the position of each value.
 Value invert_permutation(Graph& g, Value permutation);
+// Machine epsilon and the smallest normal number of the (real) dtype a decomposition computes in.
+double epsilon(DType dtype);
+double smallest_normal(DType dtype);
+// LAPACK's compact Householder QR (geqrf) of a [..., m, n]: (compact a, tau [..., min(m, n)]); see
+// linalg_orthogonal.cc for the conventions. Complex values take LAPACK's complex reflectors.
+std::pair<Value, Value> householder_qr(Graph& g, Value a);
+// Applies the reflectors of a compact form a [..., m, k'] (the first tau.size of them) to c: H c (left) or
+// c H (right), H_i in increasing order of i (forward) or decreasing; with `adjoint`, H_i^H instead.
+Value apply_reflectors(Graph& g, Value a, Value tau, Value c, bool left, bool forward, bool adjoint);
 
 // The rule families linalg_decomp.cc's add_linalg_decomposition_rules adds.
 void add_linalg_orthogonal_rules(std::vector<Rule>& table);
 void add_linalg_ldl_rules(std::vector<Rule>& table);
+void add_linalg_eig_rules(std::vector<Rule>& table);
 
 }  // namespace torchtpu::lowering

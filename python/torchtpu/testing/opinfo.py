@@ -370,11 +370,37 @@ def _select_by_indices(dim_position: int, arguments: Arguments, output: Any) -> 
     return values, sample_input.detach().gather(dim, indices)
 
 
+def _eigenpairs_in_cpu_order(arguments: Arguments, output: Any) -> Any:
+    """A linalg.eig (eigenvalues, |eigenvectors|) or linalg.eigvals output with its eigenpairs in the order
+    CPU's LAPACK lists them: PyTorch specifies no order, and tpu's QR iteration finds them in another. Each
+    of CPU's eigenvalues (of the sample input, computed here) takes the nearest one not yet taken."""
+    values = output[0] if isinstance(output, tuple) else output
+    if values.numel() == 0:
+        return output
+    reference = torch.linalg.eigvals(arguments[0].detach()).reshape(-1, values.shape[-1])
+    flat = values.reshape(-1, values.shape[-1])
+    order = torch.empty(flat.shape, dtype=torch.long)
+    for batch, (wanted, found) in enumerate(zip(reference, flat)):
+        distance = (wanted.unsqueeze(1) - found.to(wanted.dtype).unsqueeze(0)).abs()
+        for position in range(distance.shape[0]):
+            nearest = int(distance[position].argmin())
+            order[batch, position] = nearest
+            distance[:, nearest] = float("inf")
+    order = order.reshape(values.shape)
+    values = values.gather(-1, order)
+    if not isinstance(output, tuple):
+        return values
+    vectors = output[1].gather(-1, order.unsqueeze(-2).expand(output[1].shape))
+    return values, vectors
+
+
 # Ops whose outputs are compared through a function of (CPU sample arguments, host output), by OpInfo name.
 CANONICAL_OUTPUTS: dict[str, Callable[[Arguments, Any], Any]] = {
     "sort": functools.partial(_select_by_indices, 0),
     "argsort": functools.partial(_select_by_indices, 0),
     "topk": functools.partial(_select_by_indices, 1),  # topk(input, k, dim)
+    "linalg.eig": _eigenpairs_in_cpu_order,
+    "linalg.eigvals": _eigenpairs_in_cpu_order,
 }
 
 
