@@ -88,6 +88,7 @@ def _ctc_loss(d, targets, good_lengths, bad_lengths):
 
 
 CASES.update({
+    "eig_non_finite": lambda d: torch.linalg.eig(torch.tensor([[1.0, float("nan")], [0.0, 1.0]], device=d)),
     "ctc_loss_input_length": lambda d: _ctc_loss(d, [[1, 2], [2, 1]], ([4, 2], [2, 1]), ([4, -1], [2, 1])),
     "ctc_loss_target_length": lambda d: _ctc_loss(d, [[1, 2], [2, 1]], ([4, 2], [2, 1]), ([4, 2], [2, -3])),
     "ctc_loss_targets_size": lambda d: _ctc_loss(d, [1, 2, 2], ([4, 2], [2, 1]), ([4, 2], [2, 2])),

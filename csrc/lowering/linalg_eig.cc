@@ -1,14 +1,4 @@
 // The nonsymmetric eigendecomposition: linalg_eig and _linalg_eigvals, for real and complex matrices.
-#include <limits>
-
-#include "lowering/matrix.h"
-
-namespace torchtpu::lowering {
-namespace {
-
-const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.at(i); }
-
-// ---- Nonsymmetric eigendecomposition ----
 //
 // linalg.eig by the shifted QR algorithm in complex arithmetic: A - s I = Q R, A <- R Q + s I, with s the
 // Wilkinson shift of the trailing 2x2 of the still active block (an exceptional shift every 10th step
@@ -18,6 +8,14 @@ const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.a
 // back substitution (a near-zero pivot is lifted to eps ||T||, as LAPACK's trevc does), are mapped back by Z
 // and normalized as LAPACK's geev returns them: unit norm, largest component real. The eigenvalues are in
 // the order the iteration finds them, which need not be LAPACK's (PyTorch promises none).
+#include <limits>
+
+#include "lowering/matrix.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.at(i); }
 
 struct Schur {
   Value t;  // [..., n, n] upper triangular
@@ -150,11 +148,16 @@ Value schur_eigenvectors(Graph& g, const Schur& schur) {
   return g.binary("multiply", vectors, g.broadcast_in_dim(factor, nn, append(dim_range(0, b), {b + 1})));
 }
 
-// linalg_eig(A) -> (eigenvalues, eigenvectors), complex for real A too.
+// linalg_eig(A) -> (eigenvalues, eigenvectors), complex for real A too. Like CPU's kernel (and unlike
+// _linalg_eigvals'), it refuses non-finite input: a value check.
 std::vector<Value> lower_linalg_eig(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& values = out(ctx, 0);
   Value a = g.convert(ctx.tensor(0), values.dtype);
+  const Type part{complex_part(values.dtype), g.type(a).dims};
+  Value finite = g.binary("and", g.op("is_finite", {g.real(a)}, Type{DType::kBool, part.dims}),
+                          g.op("is_finite", {g.imag(a)}, Type{DType::kBool, part.dims}));
+  ctx.check(CheckKind::kEigNonFinite, g.unary("not", finite));
   if (g.type(a).numel() == 0) return {g.constant(0, values.dtype, values.dims), a};
   Schur schur = complex_schur(g, a);
   return {diagonal_of(g, schur.t), schur_eigenvectors(g, schur)};

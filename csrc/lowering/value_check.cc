@@ -96,6 +96,8 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
       // The value is the sum of the target lengths, the size concatenated targets must have.
       return "Expected tensor to have size " + v + " at dimension 0, but got size " + fact(0) +
              " for argument #2 'targets' (while checking arguments for ctc_loss_allocate_outputs)";
+    case CheckKind::kEigNonFinite:
+      return "torch.linalg.eig: input tensor should not contain infs or NaNs.";
   }
   return "value check failed";
 }
