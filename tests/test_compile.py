@@ -167,9 +167,10 @@ def test_steady_state_training_compiles_nothing():
 
 def test_op_without_lowering_warns_and_still_runs():
     x = torch.randn(6, 4)
-    with pytest.warns(UserWarning, match="no tpu lowering"):
-        out = torch.compile(lambda t: torch.linalg.eigvals(t[:4]).abs().sum() + t.sum(), backend="tpu")(x.to("tpu"))
-    torch.testing.assert_close(out.cpu(), torch.linalg.eigvals(x[:4]).abs().sum() + x.sum(), **TOL)
+    # poisson has no lowering; with zero rates its draws are zeros, so the result is deterministic.
+    with pytest.warns(UserWarning, match="no tpu lowering: poisson"):
+        out = torch.compile(lambda t: torch.poisson(t * 0).sum() + t.sum(), backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(out.cpu(), x.sum(), **TOL)
 
 
 def test_value_checks_hold_inside_compiled_graphs():

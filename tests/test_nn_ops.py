@@ -570,3 +570,20 @@ def test_ctc_loss_dtype_cpu_refuses():
     lengths = CTC_LENGTHS
     with pytest.raises(RuntimeError, match="not implemented for 'BFloat16'"):
         F.ctc_loss(log_probs.bfloat16().to("tpu"), targets.to("tpu"), *lengths)
+
+
+def test_ctc_loss_in_fused_debug_and_compiled_modes():
+    log_probs, targets = ctc_case(torch.float32, concatenated=False)
+    lengths = [torch.tensor(n) for n in CTC_LENGTHS]
+    torchtpu.reset_metrics()
+    expected = log_probs.clone().requires_grad_()
+    F.ctc_loss(expected, targets, *lengths, zero_infinity=True).backward()
+    for mode in ("fused", "debug"):
+        with torchtpu.eager_mode(mode):
+            x = log_probs.to("tpu").requires_grad_()
+            F.ctc_loss(x, targets.to("tpu"), *lengths, zero_infinity=True).backward()
+            assert_close(x.grad.cpu(), expected.grad, **F32)
+    compiled = torch.compile(lambda x, y: F.ctc_loss(x, y, *lengths, zero_infinity=True), backend="tpu")
+    assert_close(compiled(log_probs.to("tpu"), targets.to("tpu")).cpu(),
+                 F.ctc_loss(log_probs, targets, *lengths, zero_infinity=True), **F32)
+    assert not fallback_ops()
