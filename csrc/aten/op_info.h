@@ -21,7 +21,8 @@ enum class ArgClass {
   kTensorList,     // Tensor[] / Tensor?[]
   kScalarOperand,  // Scalar / float (optional or not): a runtime operand unless the rule reads its value
   kScalarList,     // Scalar[] (the foreach ops): one runtime operand of all values
-  kIntListOperand,  // int[] of a rule with int_lists_are_operands: one i64 operand, keyed by length and max
+  kIntListOperand,  // int[] of a rule with int_lists_are_operands: one i64 operand, keyed by length
+                    // (and by its largest element where Rule::int_list_maxima_shape_output says so)
   kStatic,         // int, bool, int[], str, ...: part of the program, keyed by value
 };
 

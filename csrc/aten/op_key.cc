@@ -175,9 +175,11 @@ cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, siz
       case ArgClass::kIntListOperand: {
         const c10::List<int64_t> list = v.toIntList();
         key.add(static_cast<int64_t>(list.size()));
-        int64_t largest = std::numeric_limits<int64_t>::min();
-        for (int64_t element : list) largest = std::max(largest, element);
-        key.add(largest);
+        if ((info.rule->int_list_maxima_shape_output >> arg) & 1) {
+          int64_t largest = std::numeric_limits<int64_t>::min();
+          for (int64_t element : list) largest = std::max(largest, element);
+          key.add(largest);
+        }
         break;
       }
       case ArgClass::kStatic:
@@ -220,7 +222,9 @@ std::string describe_call(const OpInfo& info, const torch::jit::Stack& stack, si
     } else if (info.arg_classes[arg] == ArgClass::kIntListOperand) {
       const std::vector<int64_t> ints = v.toIntVector();
       out << "int[" << ints.size() << "]";
-      if (!ints.empty()) out << " max=" << *std::max_element(ints.begin(), ints.end());
+      if (!ints.empty() && ((info.rule->int_list_maxima_shape_output >> arg) & 1)) {
+        out << " max=" << *std::max_element(ints.begin(), ints.end());
+      }
     } else {
       out << v;
     }

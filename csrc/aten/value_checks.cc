@@ -71,7 +71,8 @@ std::string describe(const int64_t word[3]) {
     if (it == registry().checks.end()) return "a device-side value check failed (unknown check " + std::to_string(word[0]) + ")";
     check = it->second;
   }
-  std::string message = short_name(check.op) + "(): " + lowering::check_message(check.kind, check.facts, word[1], word[2]);
+  std::string message = lowering::check_message(check.kind, check.facts, word[1], word[2]);
+  if (!lowering::message_names_api(check.kind)) message = short_name(check.op) + "(): " + message;
   if (eager::mode() != eager::Mode::kDebug) {
     message += "\n(checked on the device and reported at the next synchronization, so an earlier op than this "
                "line's may have failed; TORCHTPU_LAUNCH_BLOCKING=1 raises at the op itself, "

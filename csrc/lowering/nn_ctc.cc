@@ -287,6 +287,7 @@ std::vector<Value> lower_ctc_loss_backward(LoweringContext& ctx) {
 void add_nn_ctc_rules(std::vector<Rule>& table) {
   Rule forward{"aten::_ctc_loss", &lower_ctc_loss};
   forward.int_lists_are_operands = true;
+  forward.int_list_maxima_shape_output = uint64_t{1} << 3;  // target_lengths: log_alpha is (N, T, 2 * max + 1)
   table.push_back(forward);
   Rule backward{"aten::_ctc_loss_backward", &lower_ctc_loss_backward};
   backward.int_lists_are_operands = true;

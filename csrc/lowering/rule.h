@@ -109,10 +109,12 @@ struct Rule {
   // or, where they specialise on a value, through real()/integer(), which keys the program by it.
   bool scalars_shape_output = false;
   // Its int[] arguments are runtime operands (LoweringContext::int_list) rather than compile-time values:
-  // the program is keyed by each list's length and largest element only, which is all the shapes of its
-  // results may depend on (ctc_loss's log_alpha on the longest target), so varying lengths share one
-  // program. Checks CPU makes on the other values become value checks.
+  // the program is keyed by each list's length, so varying lengths share one program. Checks CPU makes on
+  // the values become value checks.
   bool int_lists_are_operands = false;
+  // Bit i: the largest element of int[] argument i decides a result's shape (ctc_loss's log_alpha on the
+  // longest target), so the program is keyed by it too.
+  uint64_t int_list_maxima_shape_output = 0;
 };
 
 const Rule* find_rule(const std::string& op);

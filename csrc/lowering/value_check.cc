@@ -102,4 +102,6 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
   return "value check failed";
 }
 
+bool message_names_api(CheckKind kind) { return kind == CheckKind::kEigNonFinite; }
+
 }  // namespace torchtpu::lowering

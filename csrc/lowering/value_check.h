@@ -58,4 +58,8 @@ ir::Value fold_checks(ir::Graph& g, ir::Value state, const std::vector<ValueChec
 // CPU's message for a failed check.
 std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int64_t value, int64_t position);
 
+// Whether CPU's message already starts with the API it comes from ("torch.linalg.eig: ..."), so the
+// reporter need not name the op again.
+bool message_names_api(CheckKind kind);
+
 }  // namespace torchtpu::lowering
