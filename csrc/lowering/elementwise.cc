@@ -490,27 +490,6 @@ std::vector<Value> lower_xlogy(LoweringContext& ctx) {
   return {finish(ctx, g.select(x_zero, scalar_like(ctx, 0), product))};
 }
 
-// Complex logaddexp, as CPU's kernel: with (min, max) ordered by real part, log1p(exp(min - max)) + max; NaN
-// in min's parts gives NaN; equal infinite real parts give min (-inf) or log(exp(min) + exp(max)) (+inf).
-Value complex_logaddexp(Graph& g, Value a, Value b) {
-  const Type& t = g.type(a);
-  const Type part{complex_part(t.dtype), t.dims};
-  Value a_first = g.compare(g.real(a), g.real(b), Comparison::kLT);
-  Value low = g.select(a_first, a, b), high = g.select(a_first, b, a);
-  Value low_re = g.real(low);
-  Value result = g.binary("add", g.unary("log_plus_one", g.unary("exponential", g.binary("subtract", low, high))), high);
-  const double inf = std::numeric_limits<double>::infinity();
-  Value infinite_tie = g.binary("and", g.compare(low_re, g.real(high), Comparison::kEQ),
-                                g.compare(g.unary("abs", low_re), g.constant(inf, part.dtype, part.dims), Comparison::kEQ));
-  Value positive = g.compare(low_re, g.constant(0, part.dtype, part.dims), Comparison::kGT);
-  Value direct = g.unary("log", g.binary("add", g.unary("exponential", low), g.unary("exponential", high)));
-  result = g.select(infinite_tie, g.select(positive, direct, low), result);
-  Value nan_part = g.binary("or", g.compare(low_re, low_re, Comparison::kNE),
-                            g.compare(g.imag(low), g.imag(low), Comparison::kNE));
-  Value nan = g.constant(std::numeric_limits<double>::quiet_NaN(), part.dtype, part.dims);
-  return g.select(nan_part, g.complex(nan, nan), result);
-}
-
 // logaddexp(a, b) = max + log1p(exp(-|a - b|)), stable for large magnitudes.
 std::vector<Value> lower_logaddexp(LoweringContext& ctx) {
   Graph& g = ctx.graph;

@@ -253,4 +253,52 @@ Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& o
   return g.binary(name, cast[0], cast[1]);
 }
 
+// Complex logaddexp, as CPU's kernel: with (min, max) ordered by real part, log1p(exp(min - max)) + max; a
+// NaN part gives NaN; equal infinite real parts give min (-inf) or log(exp(min) + exp(max)) (+inf).
+Value complex_logaddexp(Graph& g, Value a, Value b) {
+  using ir::Comparison;
+  const Type& t = g.type(a);
+  const DType part = complex_part(t.dtype);
+  const double inf = std::numeric_limits<double>::infinity();
+  auto constant = [&](double v) { return g.constant(v, part, t.dims); };
+  Value a_first = g.compare(g.real(a), g.real(b), Comparison::kLT);
+  Value low = g.select(a_first, a, b), high = g.select(a_first, b, a);
+  Value low_re = g.real(low), high_re = g.real(high);
+  Value gap = g.binary("subtract", low, high);
+  Value result = g.binary("add", g.unary("log_plus_one", g.unary("exponential", gap)), high);
+  // exp(-inf + i y) is 0 for CPU's std::exp whatever y is (an infinite y included); XLA's exp gives NaN
+  // there, so an infinitely smaller term adds nothing explicitly.
+  result = g.select(g.compare(g.real(gap), constant(-inf), Comparison::kEQ), high, result);
+  Value infinite_tie = g.binary("and", g.compare(low_re, high_re, Comparison::kEQ),
+                                g.compare(g.unary("abs", low_re), constant(inf), Comparison::kEQ));
+  Value positive = g.compare(low_re, constant(0), Comparison::kGT);
+  // Both real parts +inf: CPU's log(exp(min) + exp(max)) with C's rules for infinities, spelled out, since
+  // XLA's complex exp and log give NaN there. exp(+inf + i y) is +inf + i y for y = 0, inf (cos y + i sin y)
+  // for other finite y, and +inf + i NaN for y infinite or NaN; log(z) is +inf + i atan2(im, re) when a
+  // part of z is infinite, NaN + i NaN when neither is.
+  Value nan = constant(std::numeric_limits<double>::quiet_NaN());
+  auto exp_of_infinity = [&](Value y, Value& re, Value& im) {
+    Value zero = g.compare(y, constant(0), Comparison::kEQ);
+    Value finite = g.op("is_finite", {y}, Type{DType::kBool, g.type(y).dims});
+    Value turning = g.binary("and", finite, g.unary("not", zero));
+    re = g.select(turning, g.binary("multiply", constant(inf), g.unary("cosine", y)), constant(inf));
+    im = g.select(zero, y, g.select(finite, g.binary("multiply", constant(inf), g.unary("sine", y)), nan));
+  };
+  Value low_exp_re, low_exp_im, high_exp_re, high_exp_im;
+  exp_of_infinity(g.imag(low), low_exp_re, low_exp_im);
+  exp_of_infinity(g.imag(high), high_exp_re, high_exp_im);
+  Value sum_re = g.binary("add", low_exp_re, high_exp_re), sum_im = g.binary("add", low_exp_im, high_exp_im);
+  auto is_inf = [&](Value v) { return g.compare(g.unary("abs", v), constant(inf), Comparison::kEQ); };
+  Value direct = g.complex(g.select(g.binary("or", is_inf(sum_re), is_inf(sum_im)), constant(inf), nan),
+                           g.binary("atan2", sum_im, sum_re));
+  result = g.select(infinite_tie, g.select(positive, direct, low), result);
+  // A NaN in any part of either term makes both parts NaN, as CPU's ordering of the terms does.
+  auto has_nan = [&](Value v) {
+    return g.binary("or", g.compare(g.real(v), g.real(v), Comparison::kNE),
+                    g.compare(g.imag(v), g.imag(v), Comparison::kNE));
+  };
+  Value nan_part = g.binary("or", has_nan(a), has_nan(b));
+  return g.select(nan_part, g.complex(nan, nan), result);
+}
+
 }  // namespace torchtpu::lowering

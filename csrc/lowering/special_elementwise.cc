@@ -273,8 +273,42 @@ std::vector<Value> lower_xlog1py(LoweringContext& ctx) {
   return {finish(ctx, m.select(m.isnan(y), y, r))};
 }
 
+// Complex values scan in CPU's order, one element after another, in a while loop over `dim`: logaddexp
+// keeps the larger term's imaginary part, so the scan's imaginary parts leave (-pi, pi], and a tree-shaped
+// scan would land 2 pi away from CPU's on long rows.
+Value complex_logcumsumexp(Graph& g, Value x, int64_t dim) {
+  const int64_t rank = g.type(x).rank();
+  std::vector<int64_t> to_front{dim}, back(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != dim) to_front.push_back(d);
+  }
+  for (int64_t d = 0; d < rank; ++d) back[static_cast<size_t>(to_front[static_cast<size_t>(d)])] = d;
+  Value rows = g.transpose(x, to_front);
+  std::vector<int64_t> row_dims = g.type(rows).dims;
+  const int64_t length = row_dims[0];
+  row_dims[0] = 1;
+  auto index = [&](int64_t i) { return g.constant_int(i, DType::kI64, {}); };
+  auto row_start = [&](Value i) {
+    std::vector<Value> start(static_cast<size_t>(rank), index(0));
+    start[0] = i;
+    return start;
+  };
+  auto cond = [&](const std::vector<Value>& s) {
+    return std::vector<Value>{g.compare(s[0], index(length), Comparison::kLT)};
+  };
+  auto body = [&](const std::vector<Value>& s) {
+    Value total = complex_logaddexp(g, g.dynamic_slice(rows, row_start(s[0]), row_dims), s[1]);
+    return std::vector<Value>{g.binary("add", s[0], index(1)), total,
+                              g.dynamic_update_slice(s[2], total, row_start(s[0]))};
+  };
+  // CPU starts from -inf + 0i and keeps the running value where a term ties it at an infinite real part.
+  const DType part = complex_part(g.type(x).dtype);
+  Value start = g.complex(g.constant(-kInf, part, row_dims), g.constant(0, part, row_dims));
+  return g.transpose(g.while_loop({index(0), start, rows}, cond, body)[2], back);
+}
+
 // _logcumsumexp(self, dim): an inclusive scan whose combiner is logaddexp, as a reduce_window spanning the
-// whole dim, padded on the low side with -inf (the combiner's identity).
+// whole dim, padded on the low side with -inf (the combiner's identity); complex values as above.
 std::vector<Value> lower_logcumsumexp(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const DType compute = opmath(ctx);
@@ -282,6 +316,7 @@ std::vector<Value> lower_logcumsumexp(LoweringContext& ctx) {
   const Type t = g.type(x);
   if (t.rank() == 0 || t.numel() == 0) return {finish(ctx, x)};
   const int64_t dim = wrap_dim(ctx.integer(1), t.rank());
+  if (is_complex(compute)) return {finish(ctx, complex_logcumsumexp(g, x, dim))};
   const std::string combiner = g.region({Type{compute, {}}, Type{compute, {}}}, [&](const std::vector<Value>& s) {
     Math m{g, compute, {}};
     Value gap = m.neg(m.abs(m.sub(s[0], s[1])));
