@@ -522,7 +522,7 @@ def ctc_case(dtype, concatenated, seed=0):
 @pytest.mark.parametrize("concatenated", [False, True], ids=["padded", "concatenated"])
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("zero_infinity", [False, True])
-def test_ctc_loss(dtype, concatenated, reduction, zero_infinity):
+def test_ctc_loss(dtype, concatenated, reduction, zero_infinity, metrics):
     log_probs, targets = ctc_case(dtype, concatenated)
     input_lengths, target_lengths = CTC_LENGTHS
 

@@ -59,7 +59,7 @@ LOOPS = {
 
 
 @pytest.mark.parametrize("name", sorted(LOOPS))
-def test_training_loop_compiles_nothing_after_warm_up(name):
+def test_training_loop_compiles_nothing_after_warm_up(name, metrics):
     make_optimizer, schedule, clip = LOOPS[name]
     cpu_model, cpu_losses, _ = train(mlp(), make_optimizer, "cpu", 8, schedule, clip)
     tpu_model, tpu_losses, step_compiles = train(mlp(), make_optimizer, "tpu", 8, schedule, clip)
