@@ -79,9 +79,7 @@ Value fft_over(Graph& g, Value x, const std::vector<int64_t>& dims, const char* 
   const std::string attributes =
       "fft_type = #stablehlo<fft_type " + type + ">, fft_length = " + ir::dense_i64_array(lengths);
   Value transformed = g.op("fft", {moved}, Type{result_dtype, result_dims}, attributes);
-  std::vector<int64_t> inverse(order.size());
-  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
-  return g.transpose(transformed, inverse);
+  return g.transpose(transformed, inverse_permutation(order));
 }
 
 // Unnormalized complex transform over any number of dims, three at a time (the most stablehlo.fft takes).

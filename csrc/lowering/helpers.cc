@@ -253,6 +253,12 @@ Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& o
   return g.binary(name, cast[0], cast[1]);
 }
 
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& permutation) {
+  std::vector<int64_t> result(permutation.size());
+  for (size_t i = 0; i < permutation.size(); ++i) result[static_cast<size_t>(permutation[i])] = static_cast<int64_t>(i);
+  return result;
+}
+
 // Complex logaddexp, as CPU's kernel: with (min, max) ordered by real part, log1p(exp(min - max)) + max; a
 // NaN part gives NaN; equal infinite real parts give min (-inf) or log(exp(min) + exp(max)) (+inf).
 Value complex_logaddexp(Graph& g, Value a, Value b) {

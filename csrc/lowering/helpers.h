@@ -78,6 +78,9 @@ Value unit_uniform(Graph& g, Value state, const std::vector<int64_t>& dims, DTyp
 Value elementwise(Graph& g, const std::string& name, const std::vector<Value>& operands, DType compute,
                   const std::vector<int64_t>& dims);
 
+// The permutation that undoes `permutation` (transpose by one, then by the other, is the identity).
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& permutation);
+
 // Complex logaddexp as CPU's kernel computes it (the combiner of logaddexp and of logcumsumexp's scan).
 Value complex_logaddexp(Graph& g, Value a, Value b);
 

@@ -507,14 +507,6 @@ std::vector<int64_t> result_order(const AdvancedIndex& a) {
   return order;
 }
 
-std::vector<int64_t> inverse(const std::vector<int64_t>& permutation) {
-  std::vector<int64_t> result(permutation.size());
-  for (size_t i = 0; i < permutation.size(); ++i) {
-    result[static_cast<size_t>(permutation[i])] = static_cast<int64_t>(i);
-  }
-  return result;
-}
-
 // CPU's check, before any element is read, that the (broadcast, non-empty) indices index no dim of size 0. It
 // holds for an empty result too, where the device-side check has no element to test.
 void check_no_index_into_empty_dim(const Type& self, const AdvancedIndex& a) {
@@ -636,11 +628,11 @@ std::vector<Value> lower_index_put(LoweringContext& ctx) {
   check_values_broadcast(ctx.type_of(2), result_dims);
   if (count == 0) return {self};
   Value values = cast_to(g, ctx.tensor(2), Type{t.dtype, result_dims});
-  Value updates = g.transpose(values, inverse(order));
+  Value updates = g.transpose(values, inverse_permutation(order));
   Value moved = g.transpose(self, a.permutation);
   Value written = scatter(g, moved, a.points, updates, dim_range(nb, nb + static_cast<int64_t>(a.rest.size())),
                           dim_range(0, k), nb, accumulate ? Combine::kAdd : Combine::kReplace);
-  return {g.transpose(written, inverse(a.permutation))};
+  return {g.transpose(written, inverse_permutation(a.permutation))};
 }
 
 }  // namespace

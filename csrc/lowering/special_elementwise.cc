@@ -278,11 +278,10 @@ std::vector<Value> lower_xlog1py(LoweringContext& ctx) {
 // scan would land 2 pi away from CPU's on long rows.
 Value complex_logcumsumexp(Graph& g, Value x, int64_t dim) {
   const int64_t rank = g.type(x).rank();
-  std::vector<int64_t> to_front{dim}, back(static_cast<size_t>(rank));
+  std::vector<int64_t> to_front{dim};
   for (int64_t d = 0; d < rank; ++d) {
     if (d != dim) to_front.push_back(d);
   }
-  for (int64_t d = 0; d < rank; ++d) back[static_cast<size_t>(to_front[static_cast<size_t>(d)])] = d;
   Value rows = g.transpose(x, to_front);
   std::vector<int64_t> row_dims = g.type(rows).dims;
   const int64_t length = row_dims[0];
@@ -304,7 +303,7 @@ Value complex_logcumsumexp(Graph& g, Value x, int64_t dim) {
   // CPU starts from -inf + 0i and keeps the running value where a term ties it at an infinite real part.
   const DType part = complex_part(g.type(x).dtype);
   Value start = g.complex(g.constant(-kInf, part, row_dims), g.constant(0, part, row_dims));
-  return g.transpose(g.while_loop({index(0), start, rows}, cond, body)[2], back);
+  return g.transpose(g.while_loop({index(0), start, rows}, cond, body)[2], inverse_permutation(to_front));
 }
 
 // _logcumsumexp(self, dim): an inclusive scan whose combiner is logaddexp, as a reduce_window spanning the
