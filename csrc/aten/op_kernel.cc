@@ -135,9 +135,9 @@ at::Tensor new_tensor(const OutputBinding& binding) {
   return empty_memory_format(binding.sizes, binding.dtype, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
 }
 
-// Replaces the call's arguments on the stack with the schema's returns: functional results are new
-// tensors whose storages `bind(tensor storage, program output index)` fills; a return that aliases a
-// mutated argument is that argument.
+// Pushes the schema's returns after the call's arguments: functional results are new tensors whose storages
+// `bind(tensor storage, program output index)` fills; a return that aliases a mutated argument is that
+// argument.
 template <class Bind>
 void push_returns(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& stack, size_t first,
                   const Bind& bind) {
@@ -169,7 +169,6 @@ void push_returns(const OpInfo& info, const OpSignature& signature, torch::jit::
       }
     }
   }
-  torch::jit::drop(stack, stack.size() - first);
   for (c10::IValue& v : returned) stack.push_back(std::move(v));
 }
 
@@ -350,7 +349,7 @@ ProgramCacheStats program_cache_stats() {
           static_cast<int64_t>(cache::max_programs())};
 }
 
-void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void run_lowered_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const runtime::OpScope exit_scope;  // lets interpreter exit wait for this op (docs/reliability.md)
   OpInfo& info = op_info(op);
   if (log_ops()) std::fprintf(stderr, "[torchtpu] %s\n", info.name.c_str());
@@ -381,7 +380,10 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     try {
       signature = program_cache().find_or_build(op_key(info, *stack, first), build, built);
     } catch (const RunsOnCpu&) {
-      cpu_fallback(op, stack);
+      // The fallback consumes its stack: it gets its own references to the arguments.
+      torch::jit::Stack arguments(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+      cpu_fallback(op, &arguments);
+      for (c10::IValue& v : arguments) stack->push_back(std::move(v));
       return;
     }
     if (!built) {
@@ -409,6 +411,13 @@ void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } catch (const runtime::PjrtError& e) {
     throw_device_error(info.name, e);
   }
+}
+
+void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto first = static_cast<std::ptrdiff_t>(stack->size() - op.schema().arguments().size());
+  const auto arguments = static_cast<std::ptrdiff_t>(op.schema().arguments().size());
+  run_lowered_op(op, stack);
+  stack->erase(stack->begin() + first, stack->begin() + first + arguments);
 }
 
 }  // namespace torchtpu::aten

@@ -199,7 +199,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_lowered_ops", [] {
     std::vector<std::string> names;
-    for (const char* op : aten::lowered_ops()) names.emplace_back(op);
+    for (const aten::LoweredOp& op : aten::lowered_ops()) names.emplace_back(op.name);
     return names;
   });
   m.def("_rule_names", &lowering::rule_names);
