@@ -31,15 +31,12 @@ inline c10::IValue borrow(const at::Tensor& tensor) {
       c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(tensor.unsafeGetTensorImpl())));
 }
 
-// The call's stack. When it goes, its borrowed arguments let go of their TensorImpl without a decrement.
+// The call's stack. Its borrowed arguments let go of their TensorImpl without a decrement when they are
+// dropped (drop_arguments) or when the stack goes.
 class BorrowingStack {
  public:
   explicit BorrowingStack(size_t arguments) { stack_.reserve(arguments + 2); }
-  ~BorrowingStack() {
-    for (size_t i = 0; i < stack_.size() && i < 64; ++i) {
-      if ((borrowed_ >> i & 1) != 0 && stack_[i].isTensor()) std::move(stack_[i]).toTensor().unsafeReleaseTensorImpl();
-    }
-  }
+  ~BorrowingStack() { release_borrowed(); }
   BorrowingStack(const BorrowingStack&) = delete;
   BorrowingStack& operator=(const BorrowingStack&) = delete;
 
@@ -60,15 +57,23 @@ class BorrowingStack {
       stack_.emplace_back(std::forward<T>(argument));
     }
   }
+  // Removes the first `count` entries (the arguments), leaving what the kernel pushed after them.
+  void drop_arguments(size_t count) {
+    release_borrowed();
+    stack_.erase(stack_.begin(), stack_.begin() + static_cast<std::ptrdiff_t>(count));
+  }
   torch::jit::Stack& stack() { return stack_; }
 
  private:
+  void release_borrowed() {
+    for (size_t i = 0; borrowed_ != 0; ++i, borrowed_ >>= 1) {
+      if ((borrowed_ & 1) != 0 && stack_[i].isTensor()) std::move(stack_[i]).toTensor().unsafeReleaseTensorImpl();
+    }
+  }
+
   torch::jit::Stack stack_;
   uint64_t borrowed_ = 0;  // bit i: stack_[i] is borrowed
 };
-
-template <class T>
-inline constexpr bool is_mutable_tensor_ref = std::is_same_v<T, at::Tensor&>;
 
 // The entry for the operator `Op` (an at::_ops struct). What it returns follows c10's boxing wrapper: an op
 // returning a tensor reference returns its written argument (the first of an in-place op, the last ones of an
@@ -90,7 +95,7 @@ struct Entry<Op, Result(Args...)> {
     } else if constexpr (std::is_lvalue_reference_v<Result>) {
       using First = std::tuple_element_t<0, std::tuple<Args...>>;
       std::tuple<Args...> all{std::forward<Args>(args)...};
-      if constexpr (is_mutable_tensor_ref<First> || std::is_same_v<Result, const at::Tensor&>) {
+      if constexpr (c10::impl::is_mutable_tensor_ref<First>::value || std::is_same_v<Result, const at::Tensor&>) {
         return std::get<0>(all);
       } else {
         return std::get<sizeof...(Args) - 1>(all);
@@ -100,19 +105,17 @@ struct Entry<Op, Result(Args...)> {
       return c10::guts::tuple_take<ArgTuple, -static_cast<int>(std::tuple_size_v<Result>)>(
           ArgTuple{std::forward<Args>(args)...});
     } else {
-      torch::jit::Stack& s = stack.stack();
-      torch::jit::Stack results(std::make_move_iterator(s.begin() + sizeof...(Args)), std::make_move_iterator(s.end()));
-      return c10::impl::PopResult<Result>::call(results);
+      stack.drop_arguments(sizeof...(Args));
+      return c10::impl::PopResult<Result>::call(stack.stack());
     }
   }
 };
 
-// Registers `Op`'s unboxed entry; boxed callers reach it through c10's unboxing adapter.
+// Registers `Op`'s unboxed entry under `name` ("add.Tensor"); boxed callers reach it through c10's unboxing
+// adapter.
 template <class Op>
-void register_entry(torch::Library& library) {
-  const std::string name = std::string(Op::name).substr(6) +  // without "aten::"
-                           (std::string(Op::overload_name).empty() ? "" : "." + std::string(Op::overload_name));
-  library.impl(name.c_str(), TORCH_FN(Entry<Op>::call));
+void register_entry(torch::Library& library, const char* name) {
+  library.impl(name, TORCH_FN(Entry<Op>::call));
 }
 
 }  // namespace torchtpu::aten::unboxed
