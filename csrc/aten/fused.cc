@@ -36,7 +36,7 @@ struct Binding {
 
 struct TraceOp {
   std::shared_ptr<OpSignature> signature;
-  std::vector<TraceSource> sources;
+  TraceSources sources;
 };
 
 struct Trace {
@@ -235,13 +235,21 @@ TraceRecording::TraceRecording(int device) : lock_(trace_mutex()) {
 TraceRecording::~TraceRecording() = default;
 
 TraceSource TraceRecording::storage(const at::Tensor& tensor) {
-  const StorageHandle& handle = storage_handle(tensor);
-  if (handle.pending && handle.pending->trace == current().id) return {handle.pending->op, handle.pending->output};
+  StorageHandle& handle = storage_handle(tensor);
+  Trace& t = current();
+  if (handle.pending && handle.pending->trace == t.id) return {handle.pending->op, handle.pending->output};
+  // Read before in this trace, and the storage still holds the buffer it read then.
+  if (handle.external_trace == t.id && handle.buffer &&
+      t.externals[static_cast<size_t>(handle.trace_external)].get() == handle.buffer.get()) {
+    return {-1, handle.trace_external};
+  }
   ExternalOrigin origin;
   origin.kind = ExternalOrigin::Kind::kStorage;
   origin.storage = tensor.storage().unsafeGetStorageImpl();
   const TraceSource source = external(storage_buffer(tensor), std::move(origin));
-  current().original_external.emplace(tensor.storage().unsafeGetStorageImpl(), source.index);
+  t.original_external.emplace(tensor.storage().unsafeGetStorageImpl(), source.index);
+  handle.external_trace = t.id;
+  handle.trace_external = source.index;
   return source;
 }
 
@@ -262,7 +270,7 @@ TraceSource TraceRecording::external(runtime::BufferPtr buffer, ExternalOrigin o
   return {-1, index};
 }
 
-int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, std::vector<TraceSource> sources) {
+int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources sources) {
   Trace& t = current();
   t.key.add(static_cast<int64_t>(signature->id));
   for (const TraceSource& s : sources) {
@@ -282,7 +290,7 @@ void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType
   // Kept only where the new value has the old buffer's rank (as in strict mode, aten/op_build.cc).
   if (sharding && sharding->tiles().size() != dims.size()) sharding = nullptr;
   handle.buffer.reset();
-  handle.pending = PendingValue{t.id, op, output, dtype, dims, sharding};
+  handle.pending = PendingValue{t.id, op, output, dtype, {dims.begin(), dims.end()}, sharding};
   t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl()),
                         std::move(sharding)});
 }

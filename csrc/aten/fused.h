@@ -34,6 +34,8 @@ struct TraceSource {
   int op = -1;
   int index = 0;
 };
+// A recorded op's parameters; most ops have few, kept inline.
+using TraceSources = c10::SmallVector<TraceSource, 4>;
 
 // Where an external buffer came from, so that a captured trace can run again on new inputs
 // (aten/compiled_graph.h).
@@ -59,7 +61,7 @@ class TraceRecording {
   TraceSource storage(const at::Tensor& t);
   TraceSource external(runtime::BufferPtr buffer, ExternalOrigin origin = {});
   // Appends the op; returns its index.
-  int add_op(std::shared_ptr<OpSignature> signature, std::vector<TraceSource> sources);
+  int add_op(std::shared_ptr<OpSignature> signature, TraceSources sources);
   // Result `output` of op `op` becomes the value of `storage`.
   void bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims);
   ~TraceRecording();

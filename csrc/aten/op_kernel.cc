@@ -234,8 +234,7 @@ void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, t
             size_t first, c10::DeviceIndex device) {
   TraceRecording trace(device);
   CallTensors tensors(stack, first);
-  std::vector<TraceSource> sources;
-  sources.reserve(signature->params.size());
+  TraceSources sources;
   for (const ParamSource& source : signature->params) {
     if (source.kind == ParamSource::Kind::kStorage || source.kind == ParamSource::Kind::kWriteBase) {
       sources.push_back(trace.storage(tensors.get(source.arg, source.element)));
@@ -349,9 +348,8 @@ ProgramCacheStats program_cache_stats() {
           static_cast<int64_t>(cache::max_programs())};
 }
 
-void run_lowered_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
   const runtime::OpScope exit_scope;  // lets interpreter exit wait for this op (docs/reliability.md)
-  OpInfo& info = op_info(op);
   if (log_ops()) std::fprintf(stderr, "[torchtpu] %s\n", info.name.c_str());
   const size_t first = stack->size() - op.schema().arguments().size();
   const c10::DeviceIndex device = common_device(op.schema(), *stack);
@@ -416,7 +414,7 @@ void run_lowered_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto first = static_cast<std::ptrdiff_t>(stack->size() - op.schema().arguments().size());
   const auto arguments = static_cast<std::ptrdiff_t>(op.schema().arguments().size());
-  run_lowered_op(op, stack);
+  run_lowered_op(op, op_info(op), stack);
   stack->erase(stack->begin() + first, stack->begin() + first + arguments);
 }
 

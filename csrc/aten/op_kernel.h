@@ -12,13 +12,16 @@
 
 namespace torchtpu::aten {
 
+struct OpInfo;
+
 // Boxed kernel: checks devices, infers output shapes and dtypes with PyTorch's meta kernels (so errors
 // read exactly as on CPU), finds or compiles the op's program, runs it asynchronously and binds its
 // results to tensor storages. In-place and out= overloads write through their mutated arguments.
 void op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-// The same, leaving the arguments on the stack and pushing the returns after them; it never replaces or
-// drops an argument, so the arguments may be borrowed (aten/unboxed_kernel.h).
-void run_lowered_op(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The same for `op` whose OpInfo the caller holds, leaving the arguments on the stack and pushing the returns
+// after them; it never replaces or drops an argument, so the arguments may be borrowed
+// (aten/unboxed_kernel.h).
+void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack);
 
 // Checks that every tensor argument lives on one tpu device (0-dim CPU tensors count as scalars) and
 // returns that device's index. Raises PyTorch's own device-mismatch message otherwise.

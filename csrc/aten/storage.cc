@@ -77,7 +77,7 @@ runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
 
 std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
-  if (handle.pending) return handle.pending->dims;
+  if (handle.pending) return {handle.pending->dims.begin(), handle.pending->dims.end()};
   if (handle.buffer) return handle.buffer->dims();
   return {storage_layout(tensor).second};
 }

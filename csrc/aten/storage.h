@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 #include <vector>
@@ -22,7 +23,7 @@ struct PendingValue {
   int op = -1;
   int output = -1;
   DType dtype = DType::kF32;
-  std::vector<int64_t> dims;
+  c10::SmallVector<int64_t, 6> dims;  // inline: recording an op allocates nothing for its results' dims
   // The sharding the storage's buffer had before the trace (null: one device): the trace's result for it
   // keeps it, as a write into a sharded storage does in strict mode.
   runtime::ShardingPtr sharding;
@@ -32,6 +33,10 @@ struct StorageHandle {
   runtime::BufferPtr buffer;  // null until first written: reads see zeros
   int device = 0;
   std::optional<PendingValue> pending;  // fused mode: the storage's value is not computed yet
+  // Fused mode: the trace being recorded reads `buffer` as its external `trace_external` (while
+  // `external_trace` is that trace's id), so a storage read again in one trace skips the trace's lookups.
+  uint64_t external_trace = 0;
+  int trace_external = -1;
   // A new buffer (an upload, a program result): the storage holds it now, not a pending value.
   void set_buffer(runtime::BufferPtr b) {
     buffer = std::move(b);

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "aten/op_info.h"
 #include "aten/op_kernel.h"
 
 namespace torchtpu::aten::unboxed {
@@ -87,9 +88,10 @@ struct Entry<Op, Result(Args...)> {
 
   static Result call(Args... args) {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+    static OpInfo& info = op_info(op);  // saves the per-thread lookup op_info makes for the boxed path
     BorrowingStack stack(sizeof...(Args));
     (stack.push(std::forward<Args>(args)), ...);
-    run_lowered_op(op, &stack.stack());
+    run_lowered_op(op, info, &stack.stack());
     if constexpr (std::is_void_v<Result>) {
       return;
     } else if constexpr (std::is_lvalue_reference_v<Result>) {
