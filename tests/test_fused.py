@@ -100,6 +100,21 @@ def test_a_training_loop_matches_strict_and_reaches_one_program_per_step(metrics
     assert fused()["flushes"].get("optimizer step", 0) >= 6
 
 
+def test_scalars_that_happen_to_be_equal_keep_the_program(metrics):
+    # A cosine schedule reaching lr 0 once made AdamW's decay factor equal another scalar of the step; the
+    # trace then shared one buffer for both, changed its wiring and compiled a new program mid-training.
+    x = torch.randn(16)
+    t = x.to("tpu")
+    with torchtpu.eager_mode("fused"):
+        for step, (low, high) in enumerate(((-0.5, 2.0), (-0.25, 3.0), (0.5, 0.5), (2.5, 2.5), (-1.5, 2.5))):
+            scale = high + 1  # never 1, add's default (compiled in, a program of its own)
+            got = torch.add(t.clamp(min=low, max=high), t, alpha=scale).sum().item()
+            assert got == pytest.approx(torch.add(x.clamp(min=low, max=high), x, alpha=scale).sum().item(), rel=1e-5)
+            if step == 0:
+                compiled = metrics()["fused"]["compiles"]
+    assert metrics()["fused"]["compiles"] == compiled
+
+
 def test_peak_memory_does_not_hold_dead_intermediates():
     # A chain of temporaries: only the last value is live at the flush, so only it is a program result.
     with torchtpu.eager_mode("fused"):

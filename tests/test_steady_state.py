@@ -156,7 +156,7 @@ def test_values_read_at_compile_time_key_the_program():
         assert_close(torch.arange(start, end, step, device="tpu").cpu(), torch.arange(start, end, step))
 
 
-def test_a_scalar_of_one_is_compiled_in_and_other_values_share_one_program(metrics):
+def test_a_default_scalar_of_one_is_compiled_in_and_other_values_share_one_program(metrics):
     # alpha=1 (the default) is a constant of its own program; every other value is one operand program.
     x, y = torch.randn(4, 3), torch.randn(4, 3)
     t, u = x.to("tpu"), y.to("tpu")
@@ -166,15 +166,16 @@ def test_a_scalar_of_one_is_compiled_in_and_other_values_share_one_program(metri
     ints = torch.arange(6)
     for alpha in (1, 3):
         assert_close(torch.sub(ints.to("tpu"), ints.to("tpu"), alpha=alpha).cpu(), torch.sub(ints, ints, alpha=alpha))
-    # foreach ops pass a Scalar to their per-tensor rule as a 0-dim tensor: a constant one, or the operand.
-    for value in (1, 2.5, 1.0, -4):
+    # Only a default is compiled in: a scalar without one (a decay factor reaching 1) stays an operand.
+    for value in (2, 1, 2.5, 1.0, -4):
         got = torch._foreach_mul([t, u], value)
         for g, e in zip(got, torch._foreach_mul([x, y], value)):
             assert_close(g.cpu(), e)
     ops = metrics()["ops"]
-    for op in ("aten::add.Tensor", "aten::addcmul", "aten::_foreach_mul.Scalar"):
-        # per scalar kind (int, float): a program for the value one and one for every other value
+    for op in ("aten::add.Tensor", "aten::addcmul"):
+        # per scalar kind (int, float): a program for the default one and one for every other value
         assert ops[op]["compiles"] <= 4, (op, ops[op])
+    assert ops["aten::_foreach_mul.Scalar"]["compiles"] <= 2  # int and float operands
 
 
 def test_a_moving_position_reuses_one_program(metrics):

@@ -44,10 +44,10 @@ struct Trace {
   int device = -1;
   std::vector<TraceOp> ops;
   std::vector<runtime::BufferPtr> externals;
-  std::vector<ExternalOrigin> origins;  // per external
-  // Externals that may be shared by buffer: constants and storages (a CPU scalar or an RNG state that
-  // happens to share a cached buffer stays its own external, so a replay can give it its new value).
-  std::unordered_map<const runtime::Buffer*, int> external_index;
+  // Per external. A storage read several times is one external (StorageHandle::trace_external); every
+  // other external is its own, even when a cached scalar buffer makes two of them the same buffer: a trace's
+  // wiring, and so its program, must not depend on which values happen to be equal.
+  std::vector<ExternalOrigin> origins;
   std::vector<Binding> bindings;
   // The external that was a storage's buffer when the trace first read it: a live result for that storage
   // may take the buffer over (donation), as an in-place update does in strict mode.
@@ -255,16 +255,7 @@ TraceSource TraceRecording::storage(const at::Tensor& tensor) {
 
 TraceSource TraceRecording::external(runtime::BufferPtr buffer, ExternalOrigin origin) {
   Trace& t = current();
-  const bool shareable = origin.kind == ExternalOrigin::Kind::kConstant || origin.kind == ExternalOrigin::Kind::kStorage;
-  if (shareable) {
-    auto it = t.external_index.find(buffer.get());
-    if (it != t.external_index.end() && t.origins[it->second].kind == origin.kind &&
-        t.origins[it->second].storage == origin.storage) {
-      return {-1, it->second};
-    }
-  }
   const int index = static_cast<int>(t.externals.size());
-  if (shareable) t.external_index.emplace(buffer.get(), index);
   t.externals.push_back(std::move(buffer));
   t.origins.push_back(std::move(origin));
   return {-1, index};

@@ -534,7 +534,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       a.reals = scalar_list_values(v);
       a.dynamic = true;
     } else if (v.isScalar()) {
-      a = scalar_arg(v, info.arg_classes[i] == ArgClass::kScalarOperand && !is_unit_scalar(v));
+      a = scalar_arg(v, info.arg_classes[i] == ArgClass::kScalarOperand && !passes_unit_default(info, i, v));
     } else if (v.isIntList()) {
       a.kind = Arg::Kind::kIntList;
       a.ints = v.toIntVector();

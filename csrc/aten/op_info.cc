@@ -88,6 +88,12 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
       info->mutated.push_back(i);
       if (arguments[i].kwarg_only()) info->is_out_variant = true;
     }
+    const std::optional<c10::IValue>& default_value = arguments[i].default_value();
+    if (info->arg_classes[i] == ArgClass::kScalarOperand && default_value &&
+        ((default_value->isInt() && default_value->toInt() == 1) ||
+         (default_value->isDouble() && default_value->toDouble() == 1.0))) {
+      info->unit_defaults |= uint64_t{1} << i;
+    }
     if (arguments[i].name() == "check_errors") {
       info->check_errors_arg = static_cast<int>(i);
       info->linalg_api = linalg_api_name(info->name);

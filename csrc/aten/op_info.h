@@ -40,6 +40,9 @@ struct OpInfo {
   // Bit i: the rule reads scalar argument i at compile time, so programs are keyed by its value. Learned
   // when a rule first does so; the key of the program built then already includes the value.
   std::atomic<uint64_t> static_scalars{0};
+  // Bit i: scalar argument i defaults to 1 in the schema (add's alpha, addcmul's value); a call passing 1
+  // there gets the value compiled in (aten/op_key.h passes_unit_default).
+  uint64_t unit_defaults = 0;
 
   // Recompilation watch: the signatures of the latest compiles, for the one warning when an op keeps
   // compiling (see recompile_warning_threshold()).

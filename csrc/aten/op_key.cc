@@ -111,8 +111,9 @@ void add_static(const OpInfo& info, cache::ProgramKey& key, const c10::IValue& v
 
 }  // namespace
 
-bool is_unit_scalar(const c10::IValue& v) {
-  return (v.isInt() && v.toInt() == 1) || (v.isDouble() && v.toDouble() == 1.0);
+bool passes_unit_default(const OpInfo& info, size_t arg, const c10::IValue& v) {
+  return ((info.unit_defaults >> arg) & 1) != 0 &&
+         ((v.isInt() && v.toInt() == 1) || (v.isDouble() && v.toDouble() == 1.0));
 }
 
 bool is_cpu_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
@@ -166,7 +167,7 @@ cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, siz
         }
         key.add(scalar_tag(v));
         if (read_statically) add_value(key, v);
-        else key.add(is_unit_scalar(v));
+        else key.add(passes_unit_default(info, arg, v));
         break;
       case ArgClass::kScalarList: {
         const c10::List<c10::IValue> list = v.toList();

@@ -15,7 +15,7 @@ namespace torchtpu::aten {
 //                  view over part of its storage is an operand);
 //   0-dim CPU tensor: dtype and whether it is a wrapped Python number (type promotion differs), not its value;
 //   Scalar / float: its kind (float, int, bool), plus its value only if the rule reads it at compile time,
-//                   else whether it is 1 (is_unit_scalar);
+//                   else whether it is its schema default of 1 (passes_unit_default);
 //   Scalar[]: its length and element kinds (values likewise);
 //   anything else (dims, sizes, flags, strings): its value.
 cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first);
@@ -23,10 +23,12 @@ cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, siz
 // "f32[8, 64], f32[64]@offset, alpha=1 (static)", for the recompilation warning. Only built on a miss.
 std::string describe_call(const OpInfo& info, const torch::jit::Stack& stack, size_t first);
 
-// A Scalar / float argument of exactly 1 (add's and sub's alpha, addcmul's value, addmm's beta and alpha at
-// their defaults) is compiled in as a constant rather than passed as an operand: the commonest calls then
-// pass one buffer fewer, and only a call with another value builds the program that takes it as an operand.
-bool is_unit_scalar(const c10::IValue& v);
+// Whether scalar argument `arg` is left at its schema default of 1 (add's and sub's alpha, addcmul's value,
+// addmm's beta and alpha): then it is compiled in as a constant rather than passed as an operand, so the
+// commonest calls pass one buffer fewer; any other value shares the program that takes it as an operand.
+// Only defaults: a value computed each step (a learning rate, a decay factor) that happens to reach 1 must
+// not compile a program of its own mid-training.
+bool passes_unit_default(const OpInfo& info, size_t arg, const c10::IValue& v);
 
 bool is_cpu_scalar(const at::Tensor& t);
 bool is_tensor_list(const c10::IValue& v);

@@ -69,7 +69,7 @@ struct LoweringContext {
   // The operand of dynamic scalar argument i (see Arg::operand), created on first use.
   Value operand(size_t i);
   // Scalar argument i as a rank-0 value of its own kind (f64, i64, i1 or c128): its operand when it is
-  // dynamic, else a constant (a value the caller compiles in, see aten/op_key.h is_unit_scalar).
+  // dynamic, else a constant (a value the caller compiles in, see aten/op_key.h passes_unit_default).
   Value number(size_t i);
   const Type& type_of(size_t i) const { return graph.type(tensor(i)); }
   bool is_none(size_t i) const { return i >= args.size() || args[i].kind == Arg::Kind::kNone; }
