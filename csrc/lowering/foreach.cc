@@ -140,7 +140,7 @@ std::vector<Value> lower_foreach(LoweringContext& ctx) {
           break;
         case From::kScalarAsTensor:
           a.kind = Arg::Kind::kTensor;
-          a.tensor = ctx.number(source.index);
+          a.tensor = ctx.operand(source.index);
           break;
         case From::kListScalar: {
           const Arg& list = ctx.args.at(source.index);

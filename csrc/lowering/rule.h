@@ -68,9 +68,6 @@ struct LoweringContext {
   Value scalar(size_t i, DType dtype, const std::vector<int64_t>& dims = {});
   // The operand of dynamic scalar argument i (see Arg::operand), created on first use.
   Value operand(size_t i);
-  // Scalar argument i as a rank-0 value of its own kind (f64, i64, i1 or c128): its operand when it is
-  // dynamic, else a constant (a value the caller compiles in, see aten/op_key.h passes_unit_default).
-  Value number(size_t i);
   const Type& type_of(size_t i) const { return graph.type(tensor(i)); }
   bool is_none(size_t i) const { return i >= args.size() || args[i].kind == Arg::Kind::kNone; }
   // The value of argument i at compile time. On a dynamic scalar this makes the value part of the program

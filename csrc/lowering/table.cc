@@ -46,18 +46,6 @@ Value LoweringContext::tensor(size_t i) const {
   return args[i].tensor;
 }
 
-namespace {
-
-// The dtype a number argument has as a program value.
-DType number_dtype(const Arg& a) {
-  return a.kind == Arg::Kind::kDouble    ? DType::kF64
-         : a.kind == Arg::Kind::kComplex ? DType::kC128
-         : a.kind == Arg::Kind::kInt     ? DType::kI64
-                                         : DType::kBool;
-}
-
-}  // namespace
-
 Value LoweringContext::operand(size_t i) {
   Arg& a = args.at(i);
   if (!a.dynamic) throw std::invalid_argument("argument " + std::to_string(i) + " is not a runtime operand");
@@ -67,16 +55,15 @@ Value LoweringContext::operand(size_t i) {
     } else if (a.kind == Arg::Kind::kIntList) {
       a.operand = graph.parameter(Type{DType::kI64, {static_cast<int64_t>(a.ints.size())}});
     } else {
-      a.operand = graph.parameter(Type{number_dtype(a), {}});
+      const DType dtype = a.kind == Arg::Kind::kDouble    ? DType::kF64
+                          : a.kind == Arg::Kind::kComplex ? DType::kC128
+                          : a.kind == Arg::Kind::kInt     ? DType::kI64
+                                                          : DType::kBool;
+      a.operand = graph.parameter(Type{dtype, {}});
     }
     created_operands.push_back(i);
   }
   return a.operand;
-}
-
-Value LoweringContext::number(size_t i) {
-  const Arg& a = args.at(i);
-  return a.dynamic ? operand(i) : scalar(i, number_dtype(a));
 }
 
 Value LoweringContext::scalar(size_t i, DType dtype, const std::vector<int64_t>& dims) {
