@@ -233,6 +233,32 @@ def test_export_gives_the_stablehlo_of_the_model():
         torchtpu.export(copy.deepcopy(MLP), (torch.randn(2, 16),))
 
 
+class FusedProjection(nn.Module):
+    """Attention's input projection: one matmul, then q, k and v as strided views of its result."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(8, dim=-1)
+        return (q * k).softmax(-1) @ v.transpose(-1, -2)
+
+
+def test_a_captured_graph_compiles_its_view_offsets_in():
+    """A captured graph's view offsets are the same at every call, so they are constants of its program (XLA
+    slices statically) rather than parameters; @main takes exactly the parameters and inputs."""
+    model = FusedProjection()
+    x = torch.randn(2, 5, 8)
+    compiled = torch.compile(copy.deepcopy(model).to("tpu"), backend="tpu")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x.to("tpu")).cpu(), model(x), rtol=1e-5, atol=1e-5)
+    text = torchtpu.export(copy.deepcopy(model).to("tpu"), (x.to("tpu"),))
+    signature = text[text.index("func.func public @main("):]
+    signature = signature[:signature.index(") -> ")]
+    assert signature.count("%e") == 3, signature  # weight, bias, x
+
+
 def test_compiled_adamw_with_a_scheduler_neither_retraces_nor_recompiles():
     """lr as a tensor (as PyTorch advises for compiled optimizers): the schedule's value is an operand."""
     def run(device, compiled, steps=6):

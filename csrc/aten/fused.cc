@@ -6,6 +6,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -128,14 +129,97 @@ CheckState* updated_check_state(const Trace& trace) {
   return checked ? &check_state(trace.device) : nullptr;
 }
 
+// Which externals a flush passes to its program, and the value of each one it compiles in instead.
+struct TraceParameters {
+  std::vector<int> externals;         // parameter p is external externals[p]
+  std::vector<int> parameter_of;      // per external: its parameter, or -1 when compiled in
+  std::vector<std::string> literals;  // per external: its StableHLO literal when compiled in, else empty
+};
+
+// Larger fixed arrays stay parameters: a constant's text and compile-time folding grow with it.
+constexpr int64_t kMaxCompiledInElements = 16;
+
+// The value of `buffer` as a StableHLO dense literal (floats as hex bit patterns, so exact), or empty when
+// its type or size is not one compiled in.
+std::string dense_literal(const runtime::Buffer& buffer) {
+  const DType dtype = buffer.dtype();
+  const bool spelled = dtype == DType::kF64 || dtype == DType::kF32 || dtype == DType::kI64 ||
+                       dtype == DType::kI32 || dtype == DType::kBool;
+  if (!spelled || buffer.sharding() != nullptr || buffer.dims().size() > 1 ||
+      buffer.numel() > kMaxCompiledInElements) {
+    return {};
+  }
+  std::vector<uint8_t> bytes(buffer.nbytes());
+  runtime::download(buffer, bytes.data());
+  std::ostringstream text;
+  if (!buffer.dims().empty()) text << "[";
+  for (int64_t i = 0; i < buffer.numel(); ++i) {
+    const uint8_t* element = bytes.data() + i * static_cast<int64_t>(element_size(dtype));
+    if (i > 0) text << ", ";
+    if (dtype == DType::kBool) {
+      text << (*element ? "true" : "false");
+    } else if (dtype == DType::kF64) {
+      double value;
+      std::memcpy(&value, element, sizeof value);
+      text << ir::float_literal(value, dtype);
+    } else if (dtype == DType::kF32) {
+      float value;
+      std::memcpy(&value, element, sizeof value);
+      text << ir::float_literal(value, dtype);
+    } else if (dtype == DType::kI64) {
+      int64_t value;
+      std::memcpy(&value, element, sizeof value);
+      text << value;
+    } else {
+      int32_t value;
+      std::memcpy(&value, element, sizeof value);
+      text << value;
+    }
+  }
+  if (!buffer.dims().empty()) text << "]";
+  return text.str();
+}
+
+// A flush's parameters. A captured graph (aten/compiled_graph.h) replays with the same view offsets and the
+// same scalars of its own (Python numbers in the graph), so its program takes those as constants: XLA then
+// folds them (a dynamic_slice at a constant offset becomes a slice, a multiply by one goes). Their values
+// join `key`. Any other flush passes every external: a repeated step must not compile per value.
+TraceParameters trace_parameters(const Trace& trace, bool capture, cache::ProgramKey& key) {
+  TraceParameters parameters;
+  parameters.literals.resize(trace.externals.size());
+  for (size_t e = 0; e < trace.externals.size(); ++e) {
+    const ExternalOrigin& origin = trace.origins[e];
+    const bool fixed = origin.kind == ExternalOrigin::Kind::kConstant ||
+                       (origin.kind == ExternalOrigin::Kind::kCpuScalar &&
+                        origin.cpu_scalar.unsafeGetTensorImpl()->is_wrapped_number());
+    if (capture && fixed) parameters.literals[e] = dense_literal(*trace.externals[e]);
+    if (parameters.literals[e].empty()) {
+      parameters.parameter_of.push_back(static_cast<int>(parameters.externals.size()));
+      parameters.externals.push_back(static_cast<int>(e));
+      continue;
+    }
+    parameters.parameter_of.push_back(-1);
+    key.add(static_cast<int64_t>(e));
+    key.add(static_cast<int64_t>(parameters.literals[e].size()));
+    for (size_t at = 0; at < parameters.literals[e].size(); at += sizeof(int64_t)) {
+      int64_t word = 0;
+      std::memcpy(&word, parameters.literals[e].data() + at,
+                  std::min(sizeof word, parameters.literals[e].size() - at));
+      key.add(word);
+    }
+  }
+  return parameters;
+}
+
 // SPMD (docs/distributed.md): a trace is partitioned as a strict-mode op program is (aten/sharding.h
 // partition_program), its externals as parameters; a result for a storage keeps the sharding the storage had
 // before the trace. Returns the annotations, or nullopt when the trace is not partitioned.
-std::optional<ProgramShardings> partition_trace(const Trace& trace, const std::vector<const Binding*>& live,
+std::optional<ProgramShardings> partition_trace(const Trace& trace, const TraceParameters& parameters,
+                                                const std::vector<const Binding*>& live,
                                                 const std::vector<c10::intrusive_ptr<c10::StorageImpl>>& storages,
                                                 std::vector<std::pair<int, int>>& donations) {
   std::vector<const runtime::Sharding*> externals;
-  for (const runtime::BufferPtr& b : trace.externals) externals.push_back(b->sharding());
+  for (int e : parameters.externals) externals.push_back(trace.externals[static_cast<size_t>(e)]->sharding());
   std::vector<const runtime::Sharding*> kept_results;
   std::optional<size_t> check_state_result;
   const CheckState* checks = updated_check_state(trace);
@@ -157,7 +241,7 @@ std::optional<ProgramShardings> partition_trace(const Trace& trace, const std::v
 }
 
 // One module: every distinct op program as a function, and @main calling them in recorded order.
-std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
+std::string compose(const Trace& trace, const TraceParameters& parameters, const std::vector<const Binding*>& live,
                     const std::vector<std::pair<int, int>>& donations, std::vector<runtime::ArrayType>& result_types,
                     const std::optional<ProgramShardings>& shardings) {
   const bool partitioned = shardings.has_value();
@@ -187,19 +271,25 @@ std::string compose(const Trace& trace, const std::vector<const Binding*>& live,
   std::vector<std::string> result_text;
   for (const runtime::ArrayType& t : result_types) result_text.push_back(array_type(t));
   module << "  func.func public @main(";
-  for (size_t e = 0; e < external_types.size(); ++e) {
+  for (size_t p = 0; p < parameters.externals.size(); ++p) {
     std::vector<int> aliased_results;
-    for (const auto& [external, result] : donations) {
-      if (external == static_cast<int>(e)) aliased_results.push_back(result);
+    for (const auto& [parameter, result] : donations) {
+      if (parameter == static_cast<int>(p)) aliased_results.push_back(result);
     }
-    module << (e ? ", " : "") << "%e" << e << ": " << external_types[e]
-           << ir::parameter_attributes(partitioned ? shardings->parameters[e] : std::string(), aliased_results);
+    const int e = parameters.externals[p];
+    module << (p ? ", " : "") << "%e" << e << ": " << external_types[static_cast<size_t>(e)]
+           << ir::parameter_attributes(partitioned ? shardings->parameters[p] : std::string(), aliased_results);
   }
   std::vector<std::string> result_signature = result_text;
   for (size_t i = 0; partitioned && i < result_signature.size(); ++i) {
     result_signature[i] += ir::result_attributes(shardings->results[i]);
   }
   module << ") -> " << type_list(result_signature) << " {\n";
+  for (size_t e = 0; e < parameters.literals.size(); ++e) {
+    if (parameters.literals[e].empty()) continue;
+    module << "    %e" << e << " = \"stablehlo.constant\"() {value = dense<" << parameters.literals[e] << "> : "
+           << external_types[e] << "} : () -> " << external_types[e] << "\n";
+  }
   for (size_t k = 0; k < trace.ops.size(); ++k) {
     const TraceOp& op = trace.ops[k];
     std::vector<std::string> in, out;
@@ -288,14 +378,17 @@ void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType
 
 namespace {
 
-std::vector<runtime::BufferPtr> run_fused(const Trace& trace, const FusedProgram& program) {
+std::vector<runtime::BufferPtr> run_fused(const Trace& trace, const TraceParameters& parameters,
+                                          const FusedProgram& program) {
   std::vector<const runtime::Buffer*> raw;
-  raw.reserve(trace.externals.size());
-  for (const runtime::BufferPtr& b : trace.externals) raw.push_back(b.get());
+  raw.reserve(parameters.externals.size());
+  for (int e : parameters.externals) raw.push_back(trace.externals[static_cast<size_t>(e)].get());
   // Donated only where the trace holds the last reference (as in strict mode's in-place updates).
   std::vector<int64_t> kept;
-  for (int64_t e : program.aliased_externals) {
-    if (trace.externals[static_cast<size_t>(e)].use_count() != 1) kept.push_back(e);
+  for (int64_t p : program.aliased_externals) {
+    if (trace.externals[static_cast<size_t>(parameters.externals[static_cast<size_t>(p)])].use_count() != 1) {
+      kept.push_back(p);
+    }
   }
   return eager::execute(*program.executable, trace.device, raw, kept);
 }
@@ -319,8 +412,9 @@ std::vector<runtime::BufferPtr> run_op_by_op(const Trace& trace, const std::vect
   return outputs;
 }
 
-// Runs `trace` as one program (compiled once per key) and binds its live results.
-FlushedTrace run_trace(Trace trace, bool want_text = false) {
+// Runs `trace` as one program (compiled once per key) and binds its live results. `capture`: the trace is a
+// compiled graph's (see trace_parameters).
+FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false) {
 
   // Results still needed: storages alive and still holding the value this trace gives them.
   std::vector<const Binding*> live;
@@ -341,6 +435,7 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
     key.add(b.output);
     key.add(b.sharding ? b.sharding->id() : 0);
   }
+  const TraceParameters parameters = trace_parameters(trace, capture, key);
   std::shared_ptr<FusedProgram> program = fused_programs().find(key);
   std::string text;
   std::vector<std::pair<int, int>> donations;
@@ -353,11 +448,12 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
       if (it == trace.original_external.end()) continue;
       const runtime::ArrayType& result = trace.ops[live[i]->op].signature->executable->output_types()[live[i]->output];
       const runtime::Buffer& original = *trace.externals[it->second];
-      if (original.dtype() == result.dtype && original.dims() == result.dims) donations.emplace_back(it->second, i);
+      const int parameter = parameters.parameter_of[static_cast<size_t>(it->second)];
+      if (original.dtype() == result.dtype && original.dims() == result.dims) donations.emplace_back(parameter, i);
     }
-    const std::optional<ProgramShardings> shardings = partition_trace(trace, live, storages, donations);
+    const std::optional<ProgramShardings> shardings = partition_trace(trace, parameters, live, storages, donations);
     if (shardings) partitioning = shardings->partitioning;
-    text = compose(trace, live, donations, result_types, shardings);
+    text = compose(trace, parameters, live, donations, result_types, shardings);
   }
   if (!program) {
     aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text, partitioning.num_partitions);
@@ -379,7 +475,7 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
     counters().compiles++;
   }
   std::vector<runtime::BufferPtr> outputs =
-      program->executable ? run_fused(trace, *program) : run_op_by_op(trace, live);
+      program->executable ? run_fused(trace, parameters, *program) : run_op_by_op(trace, live);
   counters().programs_run++;
   CheckState* checks = updated_check_state(trace);
   for (size_t i = 0; i < live.size(); ++i) {
@@ -389,8 +485,13 @@ FlushedTrace run_trace(Trace trace, bool want_text = false) {
       storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
     }
   }
-  return FlushedTrace{std::move(program), trace.device, std::move(trace.externals), std::move(trace.origins),
-                      std::move(storages), want_text ? std::move(text) : std::string()};
+  FlushedTrace flushed{std::move(program), trace.device, {}, {}, std::move(storages),
+                       want_text ? std::move(text) : std::string()};
+  for (int e : parameters.externals) {
+    flushed.externals.push_back(std::move(trace.externals[static_cast<size_t>(e)]));
+    flushed.origins.push_back(std::move(trace.origins[static_cast<size_t>(e)]));
+  }
+  return flushed;
 }
 
 }  // namespace
@@ -425,7 +526,7 @@ std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text) {
   Trace trace = std::move(t);
   t = Trace{};
   count_flush("compiled graph");
-  return run_trace(std::move(trace), want_text);
+  return run_trace(std::move(trace), /*capture=*/true, want_text);
 }
 
 FusedStats fused_stats() {

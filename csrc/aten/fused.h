@@ -76,7 +76,7 @@ void flush_trace(const char* reason);
 // A trace's program, kept to run again on other buffers (aten/compiled_graph.h).
 struct FusedProgram {
   std::unique_ptr<runtime::Executable> executable;  // null: the trace runs op by op
-  std::vector<int64_t> aliased_externals;  // externals the program may donate to a result
+  std::vector<int64_t> aliased_externals;  // parameters the program may donate to a result
 };
 
 // What a flush ran: the program, what fed each of its parameters, and the storage each result went to.

@@ -89,9 +89,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
       if (arguments[i].kwarg_only()) info->is_out_variant = true;
     }
     const std::optional<c10::IValue>& default_value = arguments[i].default_value();
-    if (info->arg_classes[i] == ArgClass::kScalarOperand && default_value &&
-        ((default_value->isInt() && default_value->toInt() == 1) ||
-         (default_value->isDouble() && default_value->toDouble() == 1.0))) {
+    if (info->arg_classes[i] == ArgClass::kScalarOperand && default_value && is_one(*default_value)) {
       info->unit_defaults |= uint64_t{1} << i;
     }
     if (arguments[i].name() == "check_errors") {
@@ -135,6 +133,10 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
   if (!slot) slot = make_op_info(*schema);
   seen.emplace(schema, slot.get());
   return *slot;
+}
+
+bool is_one(const c10::IValue& v) {
+  return (v.isInt() && v.toInt() == 1) || (v.isDouble() && v.toDouble() == 1.0);
 }
 
 bool is_mutated(const OpInfo& info, size_t arg) {

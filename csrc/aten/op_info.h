@@ -57,4 +57,7 @@ OpInfo& op_info(const c10::OperatorHandle& op);
 
 bool is_mutated(const OpInfo& info, size_t arg);
 
+// Whether a scalar argument (or a schema default) is exactly 1, as an int or a double.
+bool is_one(const c10::IValue& v);
+
 }  // namespace torchtpu::aten

@@ -112,8 +112,7 @@ void add_static(const OpInfo& info, cache::ProgramKey& key, const c10::IValue& v
 }  // namespace
 
 bool passes_unit_default(const OpInfo& info, size_t arg, const c10::IValue& v) {
-  return ((info.unit_defaults >> arg) & 1) != 0 &&
-         ((v.isInt() && v.toInt() == 1) || (v.isDouble() && v.toDouble() == 1.0));
+  return ((info.unit_defaults >> arg) & 1) != 0 && is_one(v);
 }
 
 bool is_cpu_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }

@@ -34,7 +34,17 @@ const char* comparison_name(Comparison direction) {
   return "";
 }
 
-// Exact spelling of a floating constant: MLIR accepts the bit pattern as a hex integer.
+std::string join(const std::vector<int64_t>& values, const char* separator) {
+  std::ostringstream out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out << separator;
+    out << values[i];
+  }
+  return out.str();
+}
+
+}  // namespace
+
 std::string float_literal(double value, DType dtype) {
   char buf[32];
   switch (dtype) {
@@ -77,17 +87,6 @@ std::string float_literal(double value, DType dtype) {
       throw std::invalid_argument("float_literal: not a floating type");
   }
 }
-
-std::string join(const std::vector<int64_t>& values, const char* separator) {
-  std::ostringstream out;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i) out << separator;
-    out << values[i];
-  }
-  return out.str();
-}
-
-}  // namespace
 
 std::string region_text(const std::vector<std::pair<std::string, DType>>& arguments, const std::string& body) {
   std::string out = "({\n    ^bb0(";

@@ -24,6 +24,8 @@ struct Type {
   bool operator==(const Type& other) const { return dtype == other.dtype && dims == other.dims; }
 };
 std::string to_mlir(const Type& type);  // "tensor<2x3xf32>"
+// The exact spelling of a floating constant of `dtype` in a dense literal: its bit pattern in hex.
+std::string float_literal(double value, DType dtype);
 
 // Names one result of one operation in a Graph.
 struct Value {

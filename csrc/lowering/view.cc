@@ -60,6 +60,47 @@ Value flat_indices(Graph& g, const ViewGeometry& view, Value offset) {
   return index;
 }
 
+// `length` elements of `flat` from the runtime offset `start`, or from `first` when `start` is invalid.
+Value window(Graph& g, Value flat, Value start, int64_t first, int64_t length) {
+  return start.valid() ? g.dynamic_slice(flat, {start}, {length}) : g.slice(flat, {first}, {first + length}, {1});
+}
+
+// The nested dims `order[level:]` of `view` (strides decreasing, each a multiple of the next) read from
+// `start` / `first` as a dense array of their sizes. Whole rows of the outer stride, reshaped into a box
+// [s, t_0/t_1, ..., t_last] and cut to the view's sizes, would run past the storage by the last row's slack
+// (the outer stride minus what a row reads): the view's last element may be the storage's last. So unless
+// whole rows are known to fit, the first s - 1 rows are one box and the last row is read the same way on
+// its own, then joined. Nothing is padded (a pad of the storage copies it whole), no dynamic_slice clamps,
+// and with offsets XLA knows (a captured graph's) every window folds into a plain slice.
+Value read_nested(Graph& g, Value flat, const ViewGeometry& view, const std::vector<int64_t>& order, size_t level,
+                  Value start, int64_t first) {
+  if (level == order.size()) return g.reshape(window(g, flat, start, first, 1), {});
+  const int64_t rows = view.sizes[order[level]];
+  const int64_t stride = view.strides[order[level]];
+  int64_t row_extent = 1;  // from a row's first element read to its last, inclusive
+  for (size_t k = level + 1; k < order.size(); ++k) row_extent += (view.sizes[order[k]] - 1) * view.strides[order[k]];
+  auto whole_rows = [&](int64_t n) {
+    std::vector<int64_t> box{n}, limit{n};
+    for (size_t k = level + 1; k < order.size(); ++k) {
+      box.push_back(view.strides[order[k - 1]] / view.strides[order[k]]);
+      limit.push_back(view.sizes[order[k]]);
+    }
+    box.push_back(view.strides[order.back()]);
+    limit.push_back(1);
+    Value boxed = g.reshape(window(g, flat, start, first, n * stride), box);
+    std::vector<int64_t> zeros(box.size(), 0), unit(box.size(), 1);
+    return g.reshape(g.slice(boxed, zeros, limit, unit), std::vector<int64_t>(limit.begin(), limit.end() - 1));
+  };
+  const bool rows_fit = stride == row_extent || (!start.valid() && first + rows * stride <= g.type(flat).dims[0]);
+  if (rows_fit) return whole_rows(rows);
+  const int64_t last_row = (rows - 1) * stride;
+  Value tail_start = start.valid() ? g.binary("add", start, g.constant_int(last_row, DType::kI64)) : Value{};
+  Value tail = read_nested(g, flat, view, order, level + 1, tail_start, first + last_row);
+  std::vector<int64_t> tail_dims{1};
+  for (int64_t d : g.type(tail).dims) tail_dims.push_back(d);
+  return g.concatenate({whole_rows(rows - 1), g.reshape(tail, tail_dims)}, 0);
+}
+
 // The strided read as dense slicing when the (non-broadcast, non-unit) dims nest: each stride a multiple
 // of the next and large enough that rows do not overlap. Returns an invalid Value otherwise.
 Value structured_read(Graph& g, Value flat, const ViewGeometry& view, Value offset) {
@@ -75,42 +116,8 @@ Value structured_read(Graph& g, Value flat, const ViewGeometry& view, Value offs
     const int64_t inner = view.strides[order[k + 1]];
     if (stride % inner != 0 || stride < inner * view.sizes[order[k + 1]]) return Value{};
   }
-  const int64_t storage_numel = g.type(flat).dims[0];
-  Value dense;  // shaped as the kept dims in `order`
-  if (order.empty()) {
-    Value element = offset.valid() ? g.dynamic_slice(flat, {offset}, {1}) : g.slice(flat, {view.offset}, {view.offset + 1}, {1});
-    dense = g.reshape(element, {});
-  } else {
-    // Box: [s_0, t_0/t_1, ..., t_{m-2}/t_{m-1}, t_{m-1}] laid over flat[offset : offset + s_0 * t_0].
-    std::vector<int64_t> box;
-    box.push_back(view.sizes[order[0]]);
-    for (size_t k = 1; k < order.size(); ++k) box.push_back(view.strides[order[k - 1]] / view.strides[order[k]]);
-    box.push_back(view.strides[order.back()]);
-    const int64_t span = view.sizes[order[0]] * view.strides[order[0]];
-    Value zero = g.constant_int(0, g.type(flat).dtype);
-    Value window;
-    if (offset.valid()) {
-      // The view's last element is at most storage_numel - 1, so padding by the box's slack past it keeps
-      // every valid offset inside the padded storage, and dynamic_slice never clamps.
-      int64_t extent = 1;
-      for (int64_t d : order) extent += (view.sizes[d] - 1) * view.strides[d];
-      Value source = span > extent ? g.pad(flat, zero, {0}, {span - extent}) : flat;
-      window = g.dynamic_slice(source, {offset}, {span});
-    } else {
-      Value source = flat;
-      const int64_t end = view.offset + span;
-      if (end > storage_numel) {
-        // The last row's padding runs past the storage; it is sliced away below.
-        source = g.pad(flat, zero, {0}, {end - storage_numel});
-      }
-      window = g.slice(source, {view.offset}, {end}, {1});
-    }
-    Value boxed = g.reshape(window, box);
-    std::vector<int64_t> start(box.size(), 0), limit, unit(box.size(), 1);
-    for (size_t k = 0; k < order.size(); ++k) limit.push_back(view.sizes[order[k]]);
-    limit.push_back(1);
-    std::vector<int64_t> kept_dims(limit.begin(), limit.end() - 1);
-    dense = g.reshape(g.slice(boxed, start, limit, unit), kept_dims);
+  Value dense = read_nested(g, flat, view, order, 0, offset, view.offset);  // shaped as the kept dims in `order`
+  if (!order.empty()) {
     // Back to the original relative order of the kept dims.
     std::vector<int64_t> permutation;
     for (int64_t d : kept) {
