@@ -2,6 +2,7 @@
 partial or strided views reach every alias, version counters and autograd behave as on CPU."""
 import pytest
 import torch
+import torchtpu
 
 from torch.testing import assert_close
 
@@ -125,12 +126,14 @@ def test_resize_and_out_into_view():
     lambda t, j: t[1:, ::2, j + 2],               # nested strides, one column
     lambda t, j: t.as_strided((2, 3, 2), (30, 10, 2), 65 + j),  # three levels with slack, ends at 119
 ], ids=["columns", "shrinking", "strided column", "three levels"])
-def test_strided_views_read_right_at_every_offset(view, metrics):
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_strided_views_read_right_at_every_offset(view, mode, metrics):
     """A strided view reads at its runtime offset (one program for every position) without padding the
     storage: the last row is read on its own where whole rows would run past the storage's end."""
     base_cpu, base_tpu = pair(torch.arange(120, dtype=torch.float32).reshape(4, 6, 5))
-    for j in range(3):
-        assert_close((view(base_tpu, j) * 2).cpu(), view(base_cpu, j) * 2)
+    with torchtpu.eager_mode(mode):
+        for j in range(3):
+            assert_close((view(base_tpu, j) * 2).cpu(), view(base_cpu, j) * 2)
     same_geometry = {view(base_cpu, j).shape for j in range(3)} == {view(base_cpu, 0).shape}
     if same_geometry:
-        assert metrics()["ops"]["aten::mul.Tensor"]["compiles"] == 1
+        assert metrics()["ops"]["aten::mul.Tensor"]["compiles"] <= 1  # none per offset

@@ -6,9 +6,9 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <sstream>
 #include <unordered_map>
