@@ -259,6 +259,17 @@ def test_a_captured_graph_compiles_its_view_offsets_in():
     assert signature.count("%e") == 3, signature  # weight, bias, x
 
 
+def test_graphs_differing_only_in_compiled_in_values_get_their_own_programs():
+    """The same ops at another offset or with another number are another program: the values are in its key."""
+    x = torch.randn(3, 12)
+    graphs = [lambda t: t[:, 0:4] * 3.0, lambda t: t[:, 4:8] * 3.0, lambda t: t[:, 4:8] * 5.0,
+              lambda t: t[:, 8:] * 5.0]
+    for f in graphs:
+        compiled = torch.compile(f, backend="tpu")
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), f(x))
+
+
 def test_compiled_adamw_with_a_scheduler_neither_retraces_nor_recompiles():
     """lr as a tensor (as PyTorch advises for compiled optimizers): the schedule's value is an operand."""
     def run(device, compiled, steps=6):
