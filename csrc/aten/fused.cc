@@ -200,13 +200,7 @@ TraceParameters trace_parameters(const Trace& trace, bool capture, cache::Progra
     }
     parameters.parameter_of.push_back(-1);
     key.add(static_cast<int64_t>(e));
-    key.add(static_cast<int64_t>(parameters.literals[e].size()));
-    for (size_t at = 0; at < parameters.literals[e].size(); at += sizeof(int64_t)) {
-      int64_t word = 0;
-      std::memcpy(&word, parameters.literals[e].data() + at,
-                  std::min(sizeof word, parameters.literals[e].size() - at));
-      key.add(word);
-    }
+    key.add_string(parameters.literals[e]);
   }
   return parameters;
 }
