@@ -175,7 +175,11 @@ void Buffer::mark_donated() const {
 Buffer::~Buffer() {
   // A child forked from a process that used the device inherits its buffers but not its client: leave them.
   if (in_bad_fork() || sharding_) return;  // a sharded buffer's shards free themselves
-  if (!donated_) account(device_, -static_cast<int64_t>(nbytes()));
+  if (donated_) {
+    destroy_after_queued_work(device_, static_cast<PJRT_Buffer*>(pjrt_buffer_));
+    return;
+  }
+  account(device_, -static_cast<int64_t>(nbytes()));
   const PJRT_Api* api = plugin().api;
   PJRT_Buffer_Destroy_Args args{};
   args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;

@@ -26,13 +26,22 @@ constexpr size_t kPollEvery = 64;
 struct PendingExecution {
   PJRT_Event* done;
   std::shared_ptr<const std::string> program;  // its name, for the error message
+  uint64_t number;                             // in launch order on its device
 };
 
-// One device's queued executions. Each device has its own lock, so threads driving different devices
-// never meet here.
+// A donated buffer's handle, destroyed once executions up to `last_execution` (by number) have finished.
+struct DonatedHandle {
+  PJRT_Buffer* buffer;
+  uint64_t last_execution;
+};
+
+// One device's queued executions, and the donated handles waiting for them. Each device has its own lock,
+// so threads driving different devices never meet here.
 struct PendingDevice {
   std::mutex mutex;
   std::deque<PendingExecution> executions;
+  uint64_t executions_tracked = 0;
+  std::deque<DonatedHandle> donated;
 };
 
 PendingDevice& pending(int device) {
@@ -56,17 +65,9 @@ bool is_ready(const PJRT_Api* api, PJRT_Event* event) {
   return args.is_ready;
 }
 
-}  // namespace
-
-void track_execution(int device, PJRT_Event* done, std::shared_ptr<const std::string> program) {
-  PendingDevice& queue = pending(device);
-  std::lock_guard<std::mutex> lock(queue.mutex);
-  std::deque<PendingExecution>& executions = queue.executions;
-  executions.push_back({done, std::move(program)});
-  if (executions.size() % kPollEvery != 0) return;
-  // Drop finished work from the front (keeping any that failed, so synchronize reports the error), so
-  // the list stays short in a long eager loop.
-  const PJRT_Api* api = plugin().api;
+// Drops finished work from the front (keeping any that failed, so synchronize reports the error), so the
+// list stays short in a long eager loop.
+void drop_finished(const PJRT_Api* api, std::deque<PendingExecution>& executions) {
   while (executions.size() > 1 && is_ready(api, executions.front().done)) {
     PJRT_Event_Error_Args error_args{};
     error_args.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE;
@@ -81,15 +82,69 @@ void track_execution(int device, PJRT_Event* done, std::shared_ptr<const std::st
   }
 }
 
+// Takes the donated handles whose executions have all finished: those launched before the oldest
+// execution still listed (or all, when none is). Called under the device's lock.
+std::vector<PJRT_Buffer*> take_released_handles(PendingDevice& queue, uint64_t finished_before) {
+  std::vector<PJRT_Buffer*> released;
+  while (!queue.donated.empty() && queue.donated.front().last_execution < finished_before) {
+    released.push_back(queue.donated.front().buffer);
+    queue.donated.pop_front();
+  }
+  return released;
+}
+
+void destroy_handles(const PJRT_Api* api, const std::vector<PJRT_Buffer*>& handles) {
+  for (PJRT_Buffer* buffer : handles) {
+    PJRT_Buffer_Destroy_Args args{};
+    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+    args.buffer = buffer;
+    destroy_error(api, api->PJRT_Buffer_Destroy(&args));  // a failed free only leaks
+  }
+}
+
+uint64_t oldest_listed(const PendingDevice& queue) {
+  return queue.executions.empty() ? queue.executions_tracked : queue.executions.front().number;
+}
+
+}  // namespace
+
+void destroy_after_queued_work(int device, PJRT_Buffer* donated) {
+  PendingDevice& queue = pending(device);
+  std::lock_guard<std::mutex> lock(queue.mutex);
+  if (queue.executions_tracked == 0) {
+    destroy_handles(plugin().api, {donated});
+    return;
+  }
+  queue.donated.push_back({donated, queue.executions_tracked - 1});
+}
+
+void track_execution(int device, PJRT_Event* done, std::shared_ptr<const std::string> program) {
+  PendingDevice& queue = pending(device);
+  std::vector<PJRT_Buffer*> released;
+  const PJRT_Api* api = plugin().api;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    std::deque<PendingExecution>& executions = queue.executions;
+    executions.push_back({done, std::move(program), queue.executions_tracked++});
+    // A fused step donates many handles per execution: poll for them too, so they do not pile up.
+    if (executions.size() % kPollEvery != 0 && queue.donated.size() < kPollEvery) return;
+    drop_finished(api, executions);
+    released = take_released_handles(queue, oldest_listed(queue));
+  }
+  destroy_handles(api, released);
+}
+
 void synchronize(int device) {
   const OpScope scope;  // a thread returning from a wait must not meet an exiting interpreter
   exit_gate();
   const PJRT_Api* api = plugin().api;
   std::deque<PendingExecution> executions;
+  PendingDevice& queue = pending(device);
+  uint64_t awaited_before = 0;  // executions numbered below this are among those awaited here
   {
-    PendingDevice& queue = pending(device);
     std::lock_guard<std::mutex> lock(queue.mutex);
     executions.swap(queue.executions);
+    awaited_before = queue.executions_tracked;
   }
   // Await every event even after a failure, so none leaks; then report the first failure, which names the
   // program that launched it: the error surfaces here, long after the op returned.
@@ -101,6 +156,12 @@ void synchronize(int device) {
       if (!first_error) first_error = e;
     }
   }
+  std::vector<PJRT_Buffer*> released;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    released = take_released_handles(queue, awaited_before);
+  }
+  destroy_handles(api, released);
   exit_gate();
   if (first_error) throw *first_error;
 }

@@ -50,6 +50,12 @@ void await_event(const PJRT_Api* api, PJRT_Event* event, const char* what);
 // list that synchronize() drains. Takes ownership of the event.
 void track_execution(int device, PJRT_Event* done, std::shared_ptr<const std::string> program);
 
+// Destroys the handle of a buffer an execution took over (donation) once every execution queued on `device`
+// so far has finished. The plugin's destroy of a donated handle waits for the execution that took it, so
+// destroying it at once would stall the calling thread until the device catches up; the handle owns no
+// device memory any more, so keeping it a while costs nothing.
+void destroy_after_queued_work(int device, PJRT_Buffer* donated);
+
 // Like check(), but a RESOURCE_EXHAUSTED error becomes OutOfMemory naming `requested` bytes on `device`
 // and the device's live and peak bytes.
 void check_allocation(const PJRT_Api* api, PJRT_Error* error, const char* what, int device, int64_t requested);
