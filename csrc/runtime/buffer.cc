@@ -154,7 +154,9 @@ Buffer::Buffer(std::vector<std::shared_ptr<Buffer>> shards, DType dtype, std::ve
       dims_(std::move(dims)),
       device_(shards.at(0)->device()),
       sharding_(std::move(sharding)),
-      shards_(std::move(shards)) {}
+      shards_(std::move(shards)) {
+  for (const BufferPtr& shard : shards_) shard->piece_ = true;
+}
 
 Buffer::Buffer(void* pjrt_buffer, DType dtype, std::vector<int64_t> dims, int device,
                std::shared_ptr<const std::string> producer)
@@ -175,11 +177,16 @@ void Buffer::mark_donated() const {
 Buffer::~Buffer() {
   // A child forked from a process that used the device inherits its buffers but not its client: leave them.
   if (in_bad_fork() || sharding_) return;  // a sharded buffer's shards free themselves
-  if (donated_) {
+  // A donated piece of a sharded buffer is destroyed at once, waiting for the partitioned execution that
+  // took it: on the CPU plugin the parts of partitioned programs in flight together share one thread pool,
+  // and their collectives, each holding a pool thread while it waits for its peers, then starve each other
+  // into XLA's rendezvous timeout (docs/distributed.md). Waiting here paces the host so that few are in
+  // flight: with the deferral below for pieces too, the 4-chip FSDP training check deadlocked in 2 of 4 runs.
+  if (donated_ && !piece_) {
     destroy_after_queued_work(device_, static_cast<PJRT_Buffer*>(pjrt_buffer_));
     return;
   }
-  account(device_, -static_cast<int64_t>(nbytes()));
+  if (!donated_) account(device_, -static_cast<int64_t>(nbytes()));
   const PJRT_Api* api = plugin().api;
   PJRT_Buffer_Destroy_Args args{};
   args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;

@@ -48,6 +48,7 @@ class Buffer {
  private:
   void* pjrt_buffer_;
   mutable bool donated_ = false;
+  bool piece_ = false;  // one device's piece of a sharded buffer
   DType dtype_;
   std::vector<int64_t> dims_;
   int device_;
