@@ -38,8 +38,10 @@ case "${1:-}" in
     PATH="$PWD/.venv/bin:$PATH" cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DPython3_EXECUTABLE="$PWD/.venv/bin/python" -DTORCHTPU_SANITIZE="$kind" >/dev/null
     PATH="$PWD/.venv/bin:$PATH" cmake --build "$dir" --target runtime_test graph_test view_test program_cache_test
+    # The suppressions' path is taken here: inside the subshell $PWD is the build directory.
+    suppressions="$PWD/csrc/testing/tsan_suppressions.txt"
     (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
-      TSAN_OPTIONS="suppressions=$PWD/csrc/testing/tsan_suppressions.txt" ctest --output-on-failure)
+      TSAN_OPTIONS="suppressions=$suppressions" ctest --output-on-failure)
     # Then the extension itself, built with the same sanitizers, under Python tests (the runtime library
     # preloaded, as Python is not built with it): the threading tests under TSan (any report fails the run,
     # TSan's exit status 66); under ASan + UBSan the tests that stress storage lifetimes and error paths.
