@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import subprocess
+import time
 
 import pytest
 import torch
@@ -93,6 +94,97 @@ def test_synchronize():
     torch.tpu.synchronize("tpu:0")
     torch.tpu.synchronize(torch.device("tpu", 0))
     torch.testing.assert_close(x.cpu(), torch.arange(16.0) * 3)
+
+
+# ---- events and streams -------------------------------------------------------------------------------
+
+def queue_heavy_work() -> torch.Tensor:
+    """About half a second of products on this host, launched asynchronously (back-pressure aside)."""
+    x = torch.randn(1024, 1024, device="tpu")
+    for _ in range(20):
+        x = x @ x * 1e-3
+    return x
+
+
+def test_event_is_pending_until_the_work_before_it_finishes():
+    start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+    assert end.query()  # never recorded
+    start.record()
+    queue_heavy_work()
+    end.record()
+    assert not end.query()
+    with pytest.raises(RuntimeError, match="must be completed"):
+        start.elapsed_time(end)
+    end.synchronize()
+    assert end.query() and start.query()
+    assert torch.tpu.current_stream().query()
+
+
+def test_elapsed_time_measures_the_device_work_between_events():
+    start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+    wall = time.perf_counter()
+    start.record()
+    queue_heavy_work()
+    end.record()
+    end.synchronize()
+    wall_ms = (time.perf_counter() - wall) * 1e3
+    elapsed = start.elapsed_time(end)
+    assert 0 < elapsed <= wall_ms + 1.0
+    # An event recorded when nothing is queued is reached at once: two in a row are about 0 ms apart.
+    again = torch.tpu.Event(enable_timing=True)
+    again.record()
+    again.synchronize()
+    assert 0 <= end.elapsed_time(again) < 50
+    # A torch.Event of the tpu device works as the end event too (torch.Event's own elapsed_time takes
+    # only a torch.Event itself as its end event, not a torch.tpu.Event).
+    plain = torch.Event(device="tpu", enable_timing=True)
+    plain.record()
+    plain.synchronize()
+    assert 0 <= again.elapsed_time(plain) < 50
+    assert start.elapsed_time(plain) >= elapsed
+
+
+def test_elapsed_time_needs_timing_events():
+    start, end = torch.tpu.Event(), torch.tpu.Event(enable_timing=True)
+    start.record()
+    end.record()
+    end.synchronize()
+    with pytest.raises(ValueError, match="enable_timing"):
+        start.elapsed_time(end)
+    with pytest.raises(TypeError, match="torch.Event"):
+        end.elapsed_time("not an event")
+
+
+def test_events_in_fused_mode_cover_the_recorded_ops():
+    import torchtpu
+    with torchtpu.eager_mode("fused"):
+        before = torchtpu.metrics()["fused"]["flushes"].get("event", 0)
+        start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+        start.record()
+        queue_heavy_work()
+        end.record()  # runs the recorded trace first
+        assert torchtpu.metrics()["fused"]["flushes"].get("event", 0) == before + 1
+        end.synchronize()
+        assert start.elapsed_time(end) > 0
+
+
+def test_stream_and_accelerator_synchronize_wait_for_everything_queued():
+    import torchtpu
+    stream = torch.tpu.current_stream()
+    result = queue_heavy_work()
+    assert not stream.query()
+    stream.synchronize()
+    assert stream.query()
+    with torchtpu.eager_mode("fused"):
+        before = torchtpu.metrics()["fused"]["flushes"].get("synchronize", 0)
+        result = result + 1  # recorded, not yet run
+        torch.accelerator.synchronize()
+        assert torchtpu.metrics()["fused"]["flushes"].get("synchronize", 0) == before + 1
+        assert torch.tpu.current_stream().query()
+    event = torch.tpu.Event()
+    event.record()
+    event.wait(torch.tpu.Stream())  # every stream is the one queue: nothing to order
+    torch.tpu.Stream().wait_event(event)
 
 
 # ---- random -------------------------------------------------------------------------------------------

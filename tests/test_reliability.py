@@ -282,6 +282,39 @@ def test_eight_threads_dispatch_move_and_read_correctly():
     torch.tpu.synchronize()
 
 
+def test_threads_recording_and_awaiting_events_while_others_synchronize():
+    """Events watch executions that another thread's synchronize() is awaiting (runtime/pending_work.cc)."""
+    errors = []
+    start = threading.Barrier(6)
+
+    def work(rank):
+        try:
+            start.wait()
+            x = torch.randn(128, 128, device="tpu")
+            for step in range(30):
+                x = torch.tanh(x @ x)
+                if rank % 2 == 0:
+                    torch.tpu.synchronize()
+                else:
+                    begin, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+                    begin.record()
+                    x = x + 1
+                    end.record()
+                    end.synchronize()
+                    assert end.query() and begin.elapsed_time(end) >= 0
+        except Exception as exc:  # noqa: BLE001
+            errors.append((rank, repr(exc)))
+
+    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert errors == []
+    torch.tpu.synchronize()
+
+
 def test_racing_threads_compile_a_new_program_once():
     torchtpu.reset_metrics()
     shape = (37, 41)  # a shape no other test uses, so the program is new

@@ -6,9 +6,12 @@
 #include <map>
 #include <mutex>
 
+#include "aten/device.h"
+#include "aten/fused.h"
 #include "aten/generator.h"
 #include "aten/storage.h"
 #include "aten/storage_ops.h"
+#include "aten/value_checks.h"
 #include "runtime/buffer.h"
 #include "runtime/plugin.h"
 
@@ -62,14 +65,41 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       return 0;
     }
   }
-  // One in-order queue per device: events are trivially complete from the host's point of view.
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  // An event handle is a mark in its device's queue (runtime::QueueMark): recorded on any stream, it covers
+  // everything launched on the device before it, fused ops recorded so far included (they run first).
+  // Waiting on one from a stream orders nothing more, as every stream is the one queue. c10::Event checks
+  // the timing flags and that both were recorded and reached before it calls elapsedTime.
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+                static_cast<int>(device_index), " does not match recording stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
+    flush_trace("event");
+    auto* mark = new runtime::QueueMark(stream.device_index());
+    delete static_cast<runtime::QueueMark*>(*event);  // recording again moves the event to the new point
+    *event = mark;
+  }
   void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream& stream) const override { runtime::synchronize(stream.device_index()); }
-  void synchronizeDevice(const c10::DeviceIndex index) const override { runtime::synchronize(index < 0 ? 0 : index); }
+  bool queryEvent(void* event) const override {
+    return event == nullptr || static_cast<const runtime::QueueMark*>(event)->reached();
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event != nullptr) static_cast<const runtime::QueueMark*>(event)->wait();
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    const auto* first = static_cast<const runtime::QueueMark*>(start);
+    const auto* second = static_cast<const runtime::QueueMark*>(end);
+    return std::chrono::duration<double, std::milli>(second->reached_at() - first->reached_at()).count();
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    delete static_cast<runtime::QueueMark*>(event);
+  }
+  bool queryStream(const c10::Stream& stream) const override {
+    flush_trace("event");
+    return runtime::QueueMark(stream.device_index()).reached();
+  }
+  void synchronizeStream(const c10::Stream& stream) const override { synchronize_device(stream.device_index()); }
+  void synchronizeDevice(const c10::DeviceIndex index) const override { synchronize_device(index < 0 ? 0 : index); }
 };
 
 // Pinned host memory: page-aligned allocations we can recognise (is_pinned) by address range.
@@ -157,4 +187,11 @@ const bool g_hooks_registered = [] {
 }();
 
 }  // namespace
+
+void synchronize_device(int device) {
+  flush_trace("synchronize");
+  runtime::synchronize(device);
+  raise_value_errors(device);
+}
+
 }  // namespace torchtpu::aten

@@ -9,9 +9,9 @@
 // program id and its wiring), never from text, so a repeated step finds its program without composing.
 //
 // Flushes happen when a buffer is needed (host reads, printing, `.item()`, the CPU fallback, hand-written
-// kernels), at torch.tpu.synchronize(), after every optimizer step, when a trace reaches its size limit,
-// when an op runs on another device, and when the mode changes. torchtpu.metrics()["fused"] counts them
-// by reason.
+// kernels), at torch.tpu.synchronize() and when an event is recorded, after every optimizer step, when a
+// trace reaches its size limit, when an op runs on another device, and when the mode changes.
+// torchtpu.metrics()["fused"] counts them by reason.
 #pragma once
 
 #include <c10/core/Storage.h>

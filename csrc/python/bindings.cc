@@ -1,11 +1,13 @@
 // The torchtpu._C module: glue between Python and the C++ core, nothing more. Importing it registers
 // the tpu kernels, hooks, guard and allocator (static initializers in aten/).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
 #include "aot/recorder.h"
 #include "aten/compiled_graph.h"
+#include "aten/device.h"
 #include "aten/fused.h"
 #include "aten/generator.h"
 #include "aten/kernel.h"
@@ -117,11 +119,18 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_synchronize", [](int device) {
     py::gil_scoped_release no_gil;
-    translate([device] {
-      aten::flush_trace("synchronize");
-      runtime::synchronize(device);
-      aten::raise_value_errors(device);
-    });
+    translate([device] { aten::synchronize_device(device); });
+  });
+  // torch.Event.elapsed_time takes only a torch.Event itself as the end event, not torch.tpu.Event (a subclass).
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    for (py::handle event : {start, end}) {
+      TORCH_CHECK_TYPE(PyObject_IsInstance(event.ptr(), reinterpret_cast<PyObject*>(&THPEventType)) == 1,
+                       "elapsed_time expects torch.Event objects, got ", Py_TYPE(event.ptr())->tp_name);
+    }
+    const c10::Event& first = reinterpret_cast<THPEvent*>(start.ptr())->event;
+    const c10::Event& second = reinterpret_cast<THPEvent*>(end.ptr())->event;
+    py::gil_scoped_release no_gil;
+    return first.elapsedTime(second);
   });
   m.def("_value_checks", &aten::value_checks_enabled);
   m.def("_set_value_checks", &aten::set_value_checks_enabled);

@@ -1,6 +1,7 @@
 // Device buffers: one owner per PJRT buffer, transfers to and from the host, memory accounting.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,6 +78,28 @@ void download(const Buffer& buffer, void* dst);
 // Blocks until every execution queued on `device` so far has finished; throws the first error among them
 // (in launch order, so the program that failed first), naming the program and keeping the PJRT code.
 void synchronize(int device);
+
+// A point in one device's queue, as a CUDA event records one: reached once every execution launched on the
+// device before the mark was made has finished (they may finish out of order). It also notes when that
+// happened, for elapsed times. Errors of that work surface at synchronize(), not here.
+class QueueMark {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit QueueMark(int device);
+  bool reached() const;
+  // Blocks the calling thread until reached().
+  void wait() const;
+  // When the mark was reached: the later of when it was made and when its last execution finished (never
+  // before a mark made earlier on the device). Call once reached().
+  Clock::time_point reached_at() const;
+
+  struct State;  // shared with the plugin's completion callbacks, which may outlive the mark
+
+ private:
+  int device_;
+  uint64_t executions_before_ = 0;  // the device's executions numbered below this come before the mark
+  std::shared_ptr<State> state_;
+};
 
 // Live-byte accounting of one device. Device memory is freed as soon as the last tensor using a buffer dies
 // (there is no caching allocator), so "allocated" is also what the process holds on the device.

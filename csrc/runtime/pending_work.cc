@@ -1,10 +1,12 @@
 // Completion events of executions not yet known to be finished, per device, so synchronize() waits for
 // all queued work: the CPU plugin may run independent programs out of order, so the last result alone
 // does not tell that everything before it is done.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +44,10 @@ struct PendingDevice {
   std::deque<PendingExecution> executions;
   uint64_t executions_tracked = 0;
   std::deque<DonatedHandle> donated;
+  // Executions a synchronize() took off the list and is awaiting; their events are destroyed only after
+  // they leave this list, so a QueueMark made meanwhile can still watch them.
+  std::list<std::deque<PendingExecution>> awaited;
+  std::weak_ptr<QueueMark::State> last_mark;  // the latest QueueMark made on the device
 };
 
 PendingDevice& pending(int device) {
@@ -138,32 +144,160 @@ void synchronize(int device) {
   const OpScope scope;  // a thread returning from a wait must not meet an exiting interpreter
   exit_gate();
   const PJRT_Api* api = plugin().api;
-  std::deque<PendingExecution> executions;
   PendingDevice& queue = pending(device);
+  std::list<std::deque<PendingExecution>>::iterator executions;
   uint64_t awaited_before = 0;  // executions numbered below this are among those awaited here
   {
     std::lock_guard<std::mutex> lock(queue.mutex);
-    executions.swap(queue.executions);
+    executions = queue.awaited.emplace(queue.awaited.end());
+    executions->swap(queue.executions);
     awaited_before = queue.executions_tracked;
   }
   // Await every event even after a failure, so none leaks; then report the first failure, which names the
   // program that launched it: the error surfaces here, long after the op returned.
   std::optional<PjrtError> first_error;
-  for (const PendingExecution& execution : executions) {
+  for (const PendingExecution& execution : *executions) {
+    PJRT_Event_Await_Args args{};
+    args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+    args.event = execution.done;
+    PJRT_Error* error = api->PJRT_Event_Await(&args);
     try {
-      await_event(api, execution.done, ("asynchronous execution of " + *execution.program).c_str());
+      check(api, error, ("asynchronous execution of " + *execution.program).c_str());
     } catch (const PjrtError& e) {
       if (!first_error) first_error = e;
     }
   }
+  std::deque<PendingExecution> finished;
   std::vector<PJRT_Buffer*> released;
   {
     std::lock_guard<std::mutex> lock(queue.mutex);
+    finished.swap(*executions);
+    queue.awaited.erase(executions);
     released = take_released_handles(queue, awaited_before);
   }
+  for (const PendingExecution& execution : finished) destroy_event(api, execution.done);
   destroy_handles(api, released);
   exit_gate();
   if (first_error) throw *first_error;
+}
+
+// ---- queue marks (device events) ---------------------------------------------------------------------
+
+struct QueueMark::State {
+  std::mutex mutex;
+  std::condition_variable finished;
+  int unfinished = 0;    // executions before the mark not yet finished, plus the previous mark if unreached
+  Clock::time_point at;  // when made, then moved to each execution's finish
+  std::vector<std::shared_ptr<State>> later_marks;  // waiting for this one to be reached
+};
+
+namespace {
+
+// One of what a mark waits for is done, at `when`; a mark reached passes its time on to the marks made
+// after it, so a later mark is never reached before an earlier one (the plugin's callbacks run late, and
+// in any order).
+void count_down(std::shared_ptr<QueueMark::State> state, QueueMark::Clock::time_point when) {
+  using Step = std::pair<std::shared_ptr<QueueMark::State>, QueueMark::Clock::time_point>;
+  std::vector<Step> work{{std::move(state), when}};  // a loop, not recursion: many marks may wait in a chain
+  while (!work.empty()) {
+    auto [mark, time] = std::move(work.back());
+    work.pop_back();
+    std::lock_guard<std::mutex> lock(mark->mutex);
+    mark->at = std::max(mark->at, time);
+    if (--mark->unfinished > 0) continue;
+    mark->finished.notify_all();
+    for (std::shared_ptr<QueueMark::State>& later : mark->later_marks) work.emplace_back(std::move(later), mark->at);
+    mark->later_marks.clear();
+  }
+}
+
+// The plugin calls this once an execution before a mark has finished (on its own thread, or at once).
+void on_execution_finished(PJRT_Error* error, void* user_arg) {
+  std::unique_ptr<std::shared_ptr<QueueMark::State>> state(
+      static_cast<std::shared_ptr<QueueMark::State>*>(user_arg));
+  if (error != nullptr) destroy_error(plugin().api, error);  // reported by synchronize()
+  count_down(*state, QueueMark::Clock::now());
+}
+
+}  // namespace
+
+QueueMark::QueueMark(int device) : device_(device), state_(std::make_shared<State>()) {
+  state_->at = Clock::now();
+  const PJRT_Api* api = plugin().api;
+  PendingDevice& queue = pending(device);
+  std::lock_guard<std::mutex> lock(queue.mutex);
+  executions_before_ = queue.executions_tracked;
+  if (std::shared_ptr<State> previous = queue.last_mark.lock()) {
+    std::lock_guard<std::mutex> previous_lock(previous->mutex);
+    std::lock_guard<std::mutex> count(state_->mutex);
+    if (previous->unfinished > 0) {
+      ++state_->unfinished;
+      previous->later_marks.push_back(state_);
+    } else {
+      state_->at = std::max(state_->at, previous->at);
+    }
+  }
+  queue.last_mark = state_;
+  // Every execution launched so far that is not known to be finished is listed, or awaited by a
+  // synchronize(); a callback on each unfinished one counts it down.
+  auto watch = [&](const std::deque<PendingExecution>& executions) {
+    for (const PendingExecution& execution : executions) {
+      if (is_ready(api, execution.done)) continue;
+      {
+        std::lock_guard<std::mutex> count(state_->mutex);
+        ++state_->unfinished;  // before registering: the callback may run at once
+      }
+      PJRT_Event_OnReady_Args args{};
+      args.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE;
+      args.event = execution.done;
+      args.callback = &on_execution_finished;
+      args.user_arg = new std::shared_ptr<State>(state_);
+      if (PJRT_Error* error = api->PJRT_Event_OnReady(&args)) {
+        delete static_cast<std::shared_ptr<State>*>(args.user_arg);
+        count_down(state_, Clock::now());  // so that marks made later do not wait for this one forever
+        check(api, error, "PJRT_Event_OnReady");  // throws; callbacks registered so far hold their own state
+      }
+    }
+  };
+  watch(queue.executions);
+  for (const std::deque<PendingExecution>& executions : queue.awaited) watch(executions);
+}
+
+// Asks the plugin about the executions themselves, not the callbacks, which may run a little after an
+// execution is done: once synchronize() returns, every mark made before it is reached.
+bool QueueMark::reached() const {
+  const PJRT_Api* api = plugin().api;
+  PendingDevice& queue = pending(device_);
+  std::lock_guard<std::mutex> lock(queue.mutex);
+  auto finished = [&](const std::deque<PendingExecution>& executions) {
+    for (const PendingExecution& execution : executions) {
+      if (execution.number >= executions_before_) break;  // listed in launch order
+      if (!is_ready(api, execution.done)) return false;
+    }
+    return true;
+  };
+  if (!finished(queue.executions)) return false;
+  for (const std::deque<PendingExecution>& executions : queue.awaited) {
+    if (!finished(executions)) return false;
+  }
+  return true;
+}
+
+void QueueMark::wait() const {
+  const OpScope scope;  // as synchronize(): a thread returning from a wait must not meet an exiting interpreter
+  exit_gate();
+  {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    state_->finished.wait(lock, [&] { return state_->unfinished == 0; });
+  }
+  exit_gate();
+}
+
+QueueMark::Clock::time_point QueueMark::reached_at() const {
+  // Once reached, what is left to count down are callbacks about to run.
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->finished.wait(lock, [&] { return state_->unfinished == 0; });
+  return state_->at;
 }
 
 // ---- process exit ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // Runtime tests against the real plugin named by TORCHTPU_PJRT_PLUGIN (ctest sets it).
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -250,6 +251,34 @@ TEST_CASE("synchronize waits for work whose results were already freed") {
   float out[4] = {};
   download(*outputs[0], out);
   EXPECT(out[1] == 4);
+}
+
+TEST_CASE("a queue mark is reached once the work before it is done, never before an earlier mark") {
+  auto exe = compile(kAddProgram, {{DType::kF32, {4}}});
+  EXPECT(QueueMark(0).reached());  // nothing queued
+  PendingInput input({4});
+  auto outputs = exe->execute(0, {input.buffer.get(), input.buffer.get()});  // waits for the input
+  QueueMark first(0);
+  QueueMark second(0);
+  EXPECT(!first.reached() && !second.reached());
+  // A synchronize in another thread takes the execution off the pending list while it awaits it: a mark
+  // made meanwhile still sees it.
+  std::thread waiter([] {
+    try {
+      synchronize(0);
+    } catch (const PjrtError&) {
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  QueueMark during(0);
+  EXPECT(!during.reached());
+  input.fail("the input never came");
+  waiter.join();
+  first.wait();
+  second.wait();
+  during.wait();
+  EXPECT(first.reached() && second.reached() && during.reached());
+  EXPECT(second.reached_at() >= first.reached_at() && during.reached_at() >= second.reached_at());
 }
 
 TEST_CASE("8 threads upload, execute, read back and synchronize at once") {

@@ -254,9 +254,16 @@ class Stream(torch.Stream):
 
 
 class Event(torch.Event):
+    """A point in the device's queue, as ``torch.cuda.Event``: ``query()`` tells whether the work launched
+    before ``record()`` has finished, ``synchronize()`` waits for it, and with ``enable_timing=True``
+    ``elapsed_time(end)`` gives the milliseconds between two such points (docs/device.md)."""
+
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         return super().__new__(cls, device=torch.device("tpu", current_device()), enable_timing=enable_timing,
                                blocking=blocking, interprocess=interprocess)
+
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        return _C._event_elapsed_time(self, end_event)
 
 
 def current_stream(device: _DeviceLike = None) -> torch.Stream:

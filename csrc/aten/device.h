@@ -1,0 +1,11 @@
+// The tpu device as PyTorch sees it (aten/device.cc): what synchronizing it means to a user.
+#pragma once
+
+namespace torchtpu::aten {
+
+// What torch.tpu.synchronize(), torch.accelerator.synchronize() and Stream.synchronize() do: run the fused
+// trace being recorded, wait for every execution queued on `device`, then raise the first error among them
+// or the first failed value check.
+void synchronize_device(int device);
+
+}  // namespace torchtpu::aten
