@@ -253,59 +253,19 @@ def test_fifty_short_processes_exit_cleanly(tmp_path):
 
 # ---- threads ------------------------------------------------------------------------------------------
 
-def test_eight_threads_dispatch_move_and_read_correctly():
+def run_in_threads(work, count: int) -> None:
+    """Runs ``work(rank)`` in ``count`` threads started together; fails on a hang or any thread's error."""
     errors = []
-    start = threading.Barrier(8)
+    start = threading.Barrier(count)
 
-    def work(rank):
+    def body(rank):
         try:
             start.wait()
-            cpu = torch.arange(64.0).view(8, 8) + rank
-            x = cpu.to("tpu")
-            for step in range(20):
-                x = x @ torch.eye(8, device="tpu") + 1
-                cpu = cpu + 1
-                if step % 5 == 0:
-                    torch.testing.assert_close(x.cpu(), cpu)
-                    assert x.sum().item() == cpu.sum().item()
-            moved = x.to("cpu").to("tpu")
-            torch.testing.assert_close(moved.cpu(), cpu)
+            work(rank)
         except Exception as exc:  # noqa: BLE001
             errors.append((rank, repr(exc)))
 
-    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    torch.tpu.synchronize()
-
-
-def test_threads_recording_and_awaiting_events_while_others_synchronize():
-    """Events watch executions that another thread's synchronize() is awaiting (runtime/pending_work.cc)."""
-    errors = []
-    start = threading.Barrier(6)
-
-    def work(rank):
-        try:
-            start.wait()
-            x = torch.randn(128, 128, device="tpu")
-            for step in range(30):
-                x = torch.tanh(x @ x)
-                if rank % 2 == 0:
-                    torch.tpu.synchronize()
-                else:
-                    begin, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
-                    begin.record()
-                    x = x + 1
-                    end.record()
-                    end.synchronize()
-                    assert end.query() and begin.elapsed_time(end) >= 0
-        except Exception as exc:  # noqa: BLE001
-            errors.append((rank, repr(exc)))
-
-    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(6)]
+    threads = [threading.Thread(target=body, args=(rank,)) for rank in range(count)]
     for t in threads:
         t.start()
     for t in threads:
@@ -313,6 +273,41 @@ def test_threads_recording_and_awaiting_events_while_others_synchronize():
     assert not any(t.is_alive() for t in threads), "a thread hung"
     assert errors == []
     torch.tpu.synchronize()
+
+
+def test_eight_threads_dispatch_move_and_read_correctly():
+    def work(rank):
+        cpu = torch.arange(64.0).view(8, 8) + rank
+        x = cpu.to("tpu")
+        for step in range(20):
+            x = x @ torch.eye(8, device="tpu") + 1
+            cpu = cpu + 1
+            if step % 5 == 0:
+                torch.testing.assert_close(x.cpu(), cpu)
+                assert x.sum().item() == cpu.sum().item()
+        moved = x.to("cpu").to("tpu")
+        torch.testing.assert_close(moved.cpu(), cpu)
+
+    run_in_threads(work, 8)
+
+
+def test_threads_recording_and_awaiting_events_while_others_synchronize():
+    """Events watch executions that another thread's synchronize() is awaiting (runtime/pending_work.cc)."""
+    def work(rank):
+        x = torch.randn(128, 128, device="tpu")
+        for _ in range(30):
+            x = torch.tanh(x @ x)
+            if rank % 2 == 0:
+                torch.tpu.synchronize()
+            else:
+                begin, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+                begin.record()
+                x = x + 1
+                end.record()
+                end.synchronize()
+                assert end.query() and begin.elapsed_time(end) >= 0
+
+    run_in_threads(work, 6)
 
 
 def test_racing_threads_compile_a_new_program_once():
