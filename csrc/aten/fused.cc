@@ -84,6 +84,7 @@ uint64_t next_trace_id() {
   return next++;
 }
 
+// Never destroyed, as the op program cache (aten/op_kernel.cc).
 cache::ProgramCache<FusedProgram>& fused_programs() {
   static auto* programs = new cache::ProgramCache<FusedProgram>(cache::max_programs());
   return *programs;

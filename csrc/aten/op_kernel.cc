@@ -31,9 +31,11 @@
 namespace torchtpu::aten {
 namespace {
 
+// Never destroyed: freeing executables at exit would run into the plugin's own statics, already torn down
+// (under ASan, a use after free in XLA's JIT listener).
 cache::ProgramCache<OpSignature>& program_cache() {
-  static cache::ProgramCache<OpSignature> programs(cache::max_programs());
-  return programs;
+  static auto* programs = new cache::ProgramCache<OpSignature>(cache::max_programs());
+  return *programs;
 }
 
 // After this many programs of one op, a single warning lists its latest signatures.
