@@ -52,6 +52,48 @@ def test_compiled_training_with_compiled_adamw_matches_cpu(model):
         torch.testing.assert_close(a.cpu(), b, **TOL, msg=name)  # batch norm running stats land too
 
 
+def test_default_backend_compiles_tpu_graphs_with_the_tpu_backend():
+    """torch.compile(model) names inductor, whose "tpu" code generator belongs to another package: graphs on
+    tpu go to the tpu backend, graphs on CPU still to inductor."""
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    model = copy.deepcopy(reference).to("tpu")
+    x = torch.randn(8, 16)
+    captures = torchtpu.metrics()["compiled"]["captures"]
+    loss = torch.compile(model)(x.to("tpu")).square().mean()
+    loss.backward()
+    assert torchtpu.metrics()["compiled"]["captures"] > captures
+    expected = reference(x).square().mean()
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected, **TOL)
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, **TOL)
+    # Made on tpu inside the graph, with no tpu input.
+    made_here = torch.compile(lambda n: torch.ones(n, device="tpu").cumsum(0))(4)
+    torch.testing.assert_close(made_here.cpu(), torch.arange(1.0, 5.0))
+    # Which graphs are routed: by their inputs, parameters and buffers (and, under dynamo, their values).
+    from torchtpu.compile import _graph_on_tpu
+    assert not _graph_on_tpu(torch.fx.symbolic_trace(copy.deepcopy(MLP)), [torch.randn(2, 16)])
+    assert _graph_on_tpu(torch.fx.symbolic_trace(copy.deepcopy(MLP).to("tpu")), [])
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+def test_compile_modes_are_accepted(mode):
+    x = torch.randn(4, 16)
+    out = torch.compile(copy.deepcopy(MLP).to("tpu"), backend="tpu", mode=mode)(x.to("tpu"))
+    torch.testing.assert_close(out.cpu(), MLP(x), **TOL)
+
+
+def test_unknown_compile_mode_and_options_are_refused():
+    model = copy.deepcopy(MLP).to("tpu")
+    x = torch.randn(4, 16, device="tpu")
+    with pytest.raises(Exception, match="unknown mode 'fastest'"):
+        torch.compile(model, backend="tpu", mode="fastest")(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="takes no options"):
+        torch.compile(model, backend="tpu", options={"trace.enabled": True})(x)
+
+
 def test_compiled_gpt_training_step_with_compiled_adamw_matches_cpu_and_settles():
     """Causal attention, layer norm, GELU, cross entropy, clipping and AdamW: 5 steps, then no compiles."""
     torch.manual_seed(0)

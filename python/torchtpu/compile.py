@@ -234,8 +234,15 @@ def export(model: torch.nn.Module, example_inputs: tuple, kwargs: dict | None = 
     return text
 
 
-def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
+# torch.compile's modes. Each graph already runs as one XLA program, replayed without dispatching its ops
+# (what "reduce-overhead" asks of CUDA graphs), and XLA chooses its own kernels: every mode compiles the same.
+_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, **options):
     """The dynamo backend ``"tpu"``."""
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}; the modes are {', '.join(_MODES)}")
     if options:
         raise ValueError(f"torch.compile(backend='tpu') takes no options, got {sorted(options)}")
     return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph, inference_compiler=_compile_graph,
@@ -295,6 +302,33 @@ class TpuInterface(DeviceInterface):
         return False
 
 
+def _graph_on_tpu(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Whether the graph takes, holds or makes a tpu tensor (dynamo notes each node's example value)."""
+    values = [*example_inputs, *gm.parameters(), *gm.buffers()]
+    values += [t for node in gm.graph.nodes for t in _tensors(node.meta.get("example_value"))]
+    return any(_is_device_tensor(v) for v in values)
+
+
+def _route_default_backend_to_tpu() -> None:
+    """``torch.compile(model)`` names inductor, whose code generator for a device called "tpu" is Google's
+    TorchTPU's (Pallas kernels through its ``torch_tpu`` package); on this device it would fail with
+    ``No module named 'torch_tpu'``. A graph on tpu goes to the tpu backend instead, as a CUDA user's
+    ``torch.compile(model)`` goes to inductor; graphs elsewhere still get inductor, options and all."""
+    inductor = torch._TorchCompileInductorWrapper
+    if getattr(inductor.__call__, "_torchtpu_routed", False):
+        return
+    compile_with_inductor = inductor.__call__
+
+    def call(self, model_, inputs_, **kwargs):
+        if _graph_on_tpu(model_, inputs_):
+            return tpu_backend(model_, inputs_)
+        return compile_with_inductor(self, model_, inputs_, **kwargs)
+
+    call._torchtpu_routed = True
+    inductor.__call__ = call
+
+
 def install() -> None:
     torch._dynamo.register_backend(name="tpu")(tpu_backend)
     register_interface_for_device("tpu", TpuInterface)
+    _route_default_backend_to_tpu()
