@@ -93,6 +93,7 @@
 #include <ATen/ops/_prelu_kernel_backward_ops.h>
 #include <ATen/ops/_prelu_kernel_ops.h>
 #include <ATen/ops/_scaled_dot_product_fused_attention_overrideable_backward_ops.h>
+#include <ATen/ops/_scaled_mm_ops.h>
 #include <ATen/ops/_segment_reduce_backward_ops.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
@@ -780,6 +781,8 @@ const std::vector<LoweredOp>& lowered_ops() {
       {"_prelu_kernel_backward", &unboxed::register_entry<at::_ops::_prelu_kernel_backward>},
       {"_scaled_dot_product_fused_attention_overrideable_backward",
        &unboxed::register_entry<at::_ops::_scaled_dot_product_fused_attention_overrideable_backward>},
+      {"_scaled_mm", &unboxed::register_entry<at::_ops::_scaled_mm>},
+      {"_scaled_mm.out", &unboxed::register_entry<at::_ops::_scaled_mm_out>},
       {"_segment_reduce_backward", &unboxed::register_entry<at::_ops::_segment_reduce_backward>},
       {"_segment_reduce_backward.out", &unboxed::register_entry<at::_ops::_segment_reduce_backward_out>},
       {"_softmax", &unboxed::register_entry<at::_ops::_softmax>},

@@ -140,13 +140,18 @@ bool shaped_on_cpu(const std::string& name) {
 }
 
 // The result type of PyTorch's promotion over the tensors and numbers among `count` arguments from `first`
-// (all of them by default).
+// (all of them by default). torch defines no promotion of float8 with another type; the ops that mix them
+// (copies, _scaled_mm) compute in float32, so that is their common type.
 at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first, size_t count = SIZE_MAX) {
   at::native::ResultTypeState state;
   bool any = false;
+  std::optional<at::ScalarType> seen;
   for (size_t i = first; i < stack.size() && i - first < count; ++i) {
     const c10::IValue& v = stack[i];
     if (v.isTensor() && v.toTensor().defined()) {
+      const at::ScalarType type = v.toTensor().scalar_type();
+      if (seen && *seen != type && (at::isFloat8Type(type) || at::isFloat8Type(*seen))) return at::kFloat;
+      seen = type;
       state = at::native::update_result_type_state(v.toTensor(), state);
       any = true;
     } else if (v.isScalar() && !v.isBool()) {
@@ -157,6 +162,21 @@ at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first, size_t
     }
   }
   return any ? at::native::result_type(state) : at::kFloat;
+}
+
+// Whether a tensor argument (alone or in a list) from `first` on satisfies `test`.
+template <typename Test>
+bool any_tensor_argument(const torch::jit::Stack& stack, size_t first, Test test) {
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) {
+      if (test(stack[i].toTensor())) return true;
+    } else if (is_tensor_list(stack[i])) {
+      for (const at::Tensor& t : list_elements(stack[i])) {
+        if (t.defined() && test(t)) return true;
+      }
+    }
+  }
+  return false;
 }
 
 // The dtype checks of CPU's kernels that these ops' meta kernels leave out, so tpu would compute what CPU
@@ -185,6 +205,12 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
     const std::optional<at::ScalarType> self = dtype_of(0), source = dtype_of(src->second);
     refused = self && source && *self != *source;
   }
+  // CPU's kernels take float8 tensors in a few ops only (copies, cat, comparisons, indexing, mm,
+  // _scaled_mm); tpu takes the same ones and refuses the rest with CPU's own error.
+  const bool float8 = any_tensor_argument(stack, first, [](const at::Tensor& t) {
+    return t.defined() && at::isFloat8Type(t.scalar_type());
+  });
+  if (float8) check_arguments_on_cpu(op, stack, first);
   if (!refused) return;
   check_arguments_on_cpu(op, stack, first);
   TORCH_CHECK(false, info.name, ": the dtypes of its arguments do not match as CPU's kernel requires");
@@ -354,16 +380,7 @@ bool has_complex(const torch::jit::Stack& stack, size_t first, const std::vector
   for (const ir::Type& t : outputs) {
     if (is_complex(t.dtype)) return true;
   }
-  for (size_t i = first; i < stack.size(); ++i) {
-    if (stack[i].isTensor()) {
-      if (stack[i].toTensor().is_complex()) return true;
-    } else if (is_tensor_list(stack[i])) {
-      for (const at::Tensor& t : list_elements(stack[i])) {
-        if (t.defined() && t.is_complex()) return true;
-      }
-    }
-  }
-  return false;
+  return any_tensor_argument(stack, first, [](const at::Tensor& t) { return t.is_complex(); });
 }
 
 bool has_complex_scalar(const torch::jit::Stack& stack, size_t first) {

@@ -112,6 +112,10 @@ DType to_dtype(at::ScalarType type) {
     case at::kDouble: return DType::kF64;
     case at::kComplexFloat: return DType::kC64;
     case at::kComplexDouble: return DType::kC128;
+    case at::kFloat8_e4m3fn: return DType::kF8E4M3FN;
+    case at::kFloat8_e5m2: return DType::kF8E5M2;
+    case at::kFloat8_e4m3fnuz: return DType::kF8E4M3FNUZ;
+    case at::kFloat8_e5m2fnuz: return DType::kF8E5M2FNUZ;
     default:
       TORCH_CHECK_TYPE(false, "tpu does not support dtype ", type, " yet");
   }
@@ -133,6 +137,10 @@ at::ScalarType to_scalar_type(DType dtype) {
     case DType::kF64: return at::kDouble;
     case DType::kC64: return at::kComplexFloat;
     case DType::kC128: return at::kComplexDouble;
+    case DType::kF8E4M3FN: return at::kFloat8_e4m3fn;
+    case DType::kF8E5M2: return at::kFloat8_e5m2;
+    case DType::kF8E4M3FNUZ: return at::kFloat8_e4m3fnuz;
+    case DType::kF8E5M2FNUZ: return at::kFloat8_e5m2fnuz;
   }
   return at::kFloat;
 }

@@ -1,5 +1,7 @@
 #include "ir/dtype.h"
 
+#include <limits>
+
 namespace torchtpu {
 
 size_t element_size(DType dtype) {
@@ -7,6 +9,10 @@ size_t element_size(DType dtype) {
     case DType::kBool:
     case DType::kI8:
     case DType::kU8:
+    case DType::kF8E4M3FN:
+    case DType::kF8E5M2:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2FNUZ:
       return 1;
     case DType::kI16:
     case DType::kF16:
@@ -28,7 +34,26 @@ size_t element_size(DType dtype) {
 }
 
 bool is_floating(DType dtype) {
-  return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 || dtype == DType::kF64;
+  return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 || dtype == DType::kF64 ||
+         is_float8(dtype);
+}
+
+bool is_float8(DType dtype) {
+  return dtype == DType::kF8E4M3FN || dtype == DType::kF8E5M2 || dtype == DType::kF8E4M3FNUZ ||
+         dtype == DType::kF8E5M2FNUZ;
+}
+
+double largest_finite(DType dtype) {
+  switch (dtype) {
+    case DType::kF64: return std::numeric_limits<double>::max();
+    case DType::kF16: return 65504.0;
+    case DType::kBF16: return 3.3895313892515355e38;
+    case DType::kF8E4M3FN: return 448.0;
+    case DType::kF8E4M3FNUZ: return 240.0;
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ: return 57344.0;
+    default: return std::numeric_limits<float>::max();
+  }
 }
 
 bool is_integral(DType dtype) { return dtype != DType::kBool && !is_floating(dtype) && !is_complex(dtype); }
@@ -59,6 +84,10 @@ const char* mlir_name(DType dtype) {
     case DType::kF64: return "f64";
     case DType::kC64: return "complex<f32>";
     case DType::kC128: return "complex<f64>";
+    case DType::kF8E4M3FN: return "f8E4M3FN";
+    case DType::kF8E5M2: return "f8E5M2";
+    case DType::kF8E4M3FNUZ: return "f8E4M3FNUZ";
+    case DType::kF8E5M2FNUZ: return "f8E5M2FNUZ";
   }
   return "?";
 }

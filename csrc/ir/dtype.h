@@ -23,10 +23,18 @@ enum class DType : uint8_t {
   kF64,
   kC64,   // complex<f32>
   kC128,  // complex<f64>
+  // The float8 formats torch names float8_e4m3fn, float8_e5m2, float8_e4m3fnuz and float8_e5m2fnuz.
+  kF8E4M3FN,
+  kF8E5M2,
+  kF8E4M3FNUZ,
+  kF8E5M2FNUZ,
 };
 
 size_t element_size(DType dtype);
-bool is_floating(DType dtype);
+bool is_floating(DType dtype);  // float8 formats included
+bool is_float8(DType dtype);
+// The largest finite value of a floating type.
+double largest_finite(DType dtype);
 bool is_integral(DType dtype);  // bool excluded
 bool is_complex(DType dtype);
 // The element type of a complex type's real and imaginary parts (f32 for c64), and the complex type whose

@@ -298,6 +298,11 @@ Value Graph::constant(double value, DType dtype, const std::vector<int64_t>& dim
     return complex(constant(value, part, dims), constant(0.0, part, dims));
   }
   if (!is_floating(dtype)) return constant_int(static_cast<int64_t>(value), dtype, dims);
+  if (is_float8(dtype)) {
+    // MLIR has no float8 hex literal we print; XLA folds the conversion, which rounds as torch does.
+    Value c = convert(constant(value, DType::kF32), dtype);
+    return dims.empty() ? c : broadcast_in_dim(c, dims, {});
+  }
   const Type scalar{dtype, {}};
   Value c = add_node("\"stablehlo.constant\"() {value = dense<" + float_literal(value, dtype) + "> : " +
                          to_mlir(scalar) + "} : () -> " + to_mlir(scalar),
@@ -331,6 +336,16 @@ Value Graph::convert(Value x, DType dtype) {
   if (from == dtype) return x;
   // XLA converts real to complex but not back: complex to real keeps the real part, as torch's casts do.
   if (is_complex(from) && !is_complex(dtype)) return convert(real(x), dtype);
+  // torch converts to and from float8 through float32 (so a double is rounded twice, as on CPU).
+  if (is_float8(dtype) && from != DType::kF32) return convert(convert(x, DType::kF32), dtype);
+  if (is_float8(from) && dtype != DType::kF32) return convert(convert(x, DType::kF32), dtype);
+  if (dtype == DType::kF8E4M3FN) {
+    // torch saturates to +-448 (infinities too) where XLA would give NaN; the other formats overflow as XLA does.
+    const Value limit = constant(largest_finite(dtype), DType::kF32, type(x).dims);
+    x = select(compare(x, limit, Comparison::kGT), limit, x);
+    const Value lowest = unary("negate", limit);
+    x = select(compare(x, lowest, Comparison::kLT), lowest, x);
+  }
   return op("convert", {x}, Type{dtype, type(x).dims});
 }
 

@@ -383,10 +383,7 @@ std::vector<Value> lower_nan_to_num(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
   if (!is_floating(t.dtype)) return {finish(ctx, ctx.tensor(0))};
-  double largest = std::numeric_limits<float>::max();
-  if (t.dtype == DType::kF64) largest = std::numeric_limits<double>::max();
-  if (t.dtype == DType::kF16) largest = 65504.0;
-  if (t.dtype == DType::kBF16) largest = 3.3895313892515355e38;
+  const double largest = largest_finite(t.dtype);
   Value x = g.convert(ctx.tensor(0), t.dtype);
   auto constant = [&](size_t i, double fallback) { return g.constant(ctx.is_none(i) ? fallback : ctx.real(i), t.dtype, t.dims); };
   const double inf = std::numeric_limits<double>::infinity();

@@ -194,7 +194,7 @@ Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_
 }
 
 DType accumulation_dtype(DType dtype) {
-  return (dtype == DType::kBF16 || dtype == DType::kF16) ? DType::kF32 : dtype;
+  return (dtype == DType::kBF16 || dtype == DType::kF16 || is_float8(dtype)) ? DType::kF32 : dtype;
 }
 
 Value outside_range(Graph& g, Value x, int64_t low, int64_t high) {

@@ -1,4 +1,4 @@
-// Matrix and vector products: mm, addmm, bmm, baddbmm, addbmm, addmv, addr, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
+// Matrix and vector products: mm, _scaled_mm, addmm, bmm, baddbmm, addbmm, addmv, addr, dot, vdot, linalg_cross. dot_general with HIGHEST precision and
 // accumulation in float32 for 16-bit inputs, rounded once to the output dtype.
 #include <complex>
 #include <initializer_list>
@@ -67,6 +67,22 @@ std::vector<Value> lower_addmm(LoweringContext& ctx) {
   require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
   return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)))};
+}
+
+// _scaled_mm(a, b, scale_a, scale_b, bias?, scale_result?, out_dtype?, use_fast_accum): float8 operands
+// multiplied in float32, scaled per tensor (one-element scales) or per row of a and column of b ([m, 1] and
+// [1, n]), plus bias, rounded once to the output dtype. As in CPU's kernel, scale_result divides the result only
+// when the output is float8. CPU's kernel has checked the arguments when the program was built.
+std::vector<Value> lower_scaled_mm(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  const Type wide{DType::kF32, t.dims};
+  Value product = g.dot_general(ctx.tensor(0), ctx.tensor(1), {}, {}, {1}, {0}, DType::kF32);
+  product = g.binary("multiply", product, cast_to(g, ctx.tensor(2), wide));
+  product = g.binary("multiply", product, cast_to(g, ctx.tensor(3), wide));
+  if (!ctx.is_none(4)) product = g.binary("add", product, cast_to(g, ctx.tensor(4), wide));
+  if (!ctx.is_none(5) && is_float8(t.dtype)) product = g.binary("divide", product, cast_to(g, ctx.tensor(5), wide));
+  return {g.convert(product, t.dtype)};
 }
 
 // A product of two [b, n, m] x [b, m, p] operands, converted to the output dtype first: contracting the batch
@@ -219,6 +235,7 @@ void add_linalg_rules(std::vector<Rule>& table) {
   table.push_back({"aten::dot", &lower_dot});
   table.push_back({"aten::linalg_cross", &lower_linalg_cross});
   table.push_back({"aten::mm", &lower_mm});
+  table.push_back({"aten::_scaled_mm", &lower_scaled_mm});
   table.push_back({"aten::vdot", &lower_vdot});
 }
 

@@ -231,6 +231,10 @@ int64_t float_digits(DType dtype) {
   switch (dtype) {
     case DType::kF16: return 11;
     case DType::kBF16: return 8;
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ: return 4;
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ: return 3;
     case DType::kF64: return 53;
     default: return 24;
   }

@@ -73,7 +73,9 @@ inline DType same_width_int(DType dtype) {
   switch (dtype) {
     case DType::kF64: return DType::kI64;
     case DType::kF32: return DType::kI32;
-    default: return DType::kI16;  // bfloat16, float16
+    case DType::kF16:
+    case DType::kBF16: return DType::kI16;
+    default: return DType::kI8;  // float8
   }
 }
 
