@@ -366,6 +366,36 @@ def test_convolution_bf16():
         assert_close(a.cpu().float(), e, rtol=2e-2, atol=5e-2)
 
 
+LAYOUTS = ["contiguous", "channels_last"]
+
+
+def in_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "contiguous":
+        return t.contiguous()
+    return t.to(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+
+
+@pytest.mark.parametrize("name", [n for n in CONVS if "1d" not in n])
+@pytest.mark.parametrize("input_layout", LAYOUTS)
+@pytest.mark.parametrize("weight_layout", LAYOUTS)
+def test_convolution_result_layout_is_cpus(name, input_layout, weight_layout):
+    # CPU (and CUDA) give a channels-last result when the input or the weight is channels-last; the values
+    # and the gradients' layouts agree too.
+    fn, x_shape, w_shape = CONVS[name]
+    x, w = in_layout(randn(*x_shape), input_layout), in_layout(randn(*w_shape), weight_layout)
+    expected = fn(x, w, None)
+    xt, wt = x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()
+    actual = fn(xt, wt, None)
+    assert actual.stride() == expected.stride()
+    assert_close(actual.cpu(), expected, **CONV)
+    x.requires_grad_()
+    w.requires_grad_()
+    fn(x, w, None).sum().backward()
+    actual.sum().backward()
+    assert xt.grad.stride() == x.grad.stride() and wt.grad.stride() == w.grad.stride()
+    assert_close(xt.grad.cpu(), x.grad, **CONV)
+
+
 def test_convolution_backward_partial_mask():
     # No bias and an input without grad: output_mask = [False, True, False].
     check(lambda x, w: F.conv2d(x, w), [randn(2, 3, 8, 8), randn(4, 3, 3, 3)], (1,), tol=CONV)

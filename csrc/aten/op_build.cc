@@ -1,6 +1,7 @@
 #include "aten/op_build.h"
 
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
@@ -52,6 +53,18 @@ ir::Type ir_type(const at::Tensor& t) { return ir::Type{to_dtype(t.scalar_type()
 std::vector<int64_t> memory_order(const at::Tensor& t) {
   if (!t.defined() || t.is_contiguous()) return {};
   return lowering::dense_order(geometry(t));
+}
+
+// The meta kernel of convolution lays its result out row-major whatever its operands; CPU's and CUDA's
+// kernels make a 2-d convolution's result channels-last when the input or the weight is, and so does tpu.
+// (For 3-d ones CPU's choice depends on which of its backends runs; tpu keeps them row-major, as CPU's
+// float32 kernel does.)
+at::Tensor convolution_result_layout(const at::Tensor& result, const at::Tensor& input, const at::Tensor& weight) {
+  auto channels_last = [](const at::Tensor& t) {
+    return t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  };
+  if (result.dim() != 4 || (!channels_last(input) && !channels_last(weight))) return result;
+  return at::empty(result.sizes(), result.options().memory_format(at::MemoryFormat::ChannelsLast));
 }
 
 // Whether the rule reads the argument's current value: out= arguments and the self of ops that overwrite
@@ -499,6 +512,10 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       undefined_outputs.push_back(!t.defined());
       functional_meta.push_back(t);
     }
+  }
+  if (info.name == "aten::convolution") {
+    functional_meta[0] = convolution_result_layout(functional_meta[0], stack[first].toTensor(),
+                                                   stack[first + 1].toTensor());
   }
   const size_t num_functional = outputs.size();
   // out= tensors take the shapes the meta kernel gave their stand-ins.
