@@ -11,6 +11,8 @@ import transformers as hf  # noqa: E402
 
 from torchtpu.testing.hf_models import architectures, word_tokenizer  # noqa: E402
 
+from helpers import run_python  # noqa: E402
+
 ARCHITECTURES = architectures()
 
 
@@ -112,3 +114,45 @@ def test_default_cache_generation_compiles_nothing_the_second_time(llama_dir):
     assert torch.equal(first, again)
     compiled = {op: c["compiles"] for op, c in torchtpu.metrics()["ops"].items() if c["compiles"]}
     assert compiled == {}
+
+
+def test_device_map_auto_places_the_model_on_tpu(llama_dir):
+    model = hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="auto")
+    assert {p.device for p in model.parameters()} == {torch.device("tpu", 0)}
+    cpu_model = hf.AutoModelForCausalLM.from_pretrained(llama_dir)
+    settings = dict(max_new_tokens=5, do_sample=False)
+    assert torch.equal(model.generate(prompt().to("tpu"), **settings).cpu(), cpu_model.generate(prompt(), **settings))
+
+
+def test_max_memory_names_chips_as_tpu_devices(llama_dir):
+    with pytest.raises(ValueError, match="tpu:7"):
+        hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="auto", max_memory={"tpu:7": "1GB"})
+    for key in (0, "tpu:0", torch.device("tpu", 0)):
+        model = hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="auto", max_memory={key: "1GB"})
+        assert {p.device for p in model.parameters()} == {torch.device("tpu", 0)}
+
+
+def test_device_map_auto_splits_layers_over_chips():
+    # Four virtual chips in a child process: accelerate balances the layers over them and moves activations
+    # between chips, as over several GPUs; a max_memory naming chip 1 alone puts everything there.
+    result = run_python("""
+        import torch, tempfile, torchtpu, transformers as hf
+        from torchtpu.testing.hf_models import architectures
+        folder = tempfile.mkdtemp()
+        architectures()["llama"].build().save_pretrained(folder)
+        cpu_model = hf.AutoModelForCausalLM.from_pretrained(folder)
+        ids = torch.randint(3, 100, (2, 6), generator=torch.Generator().manual_seed(3))
+        settings = dict(max_new_tokens=5, do_sample=False)
+        expected = cpu_model.generate(ids, **settings)
+        for device_map in ("auto", "balanced"):
+            model = hf.AutoModelForCausalLM.from_pretrained(folder, device_map=device_map)
+            chips = {p.device.index for p in model.parameters()}
+            assert {p.device.type for p in model.parameters()} == {"tpu"} and len(chips) > 1, chips
+            assert torch.equal(model.generate(ids.to("tpu"), **settings).cpu(), expected)
+            logits = model(ids.to("tpu")).logits.cpu()
+            torch.testing.assert_close(logits, cpu_model(ids).logits, rtol=1e-5, atol=1e-5)
+        model = hf.AutoModelForCausalLM.from_pretrained(folder, device_map="auto", max_memory={"tpu:1": "1GB"})
+        assert {p.device for p in model.parameters()} == {torch.device("tpu", 1)}
+        print("ok")
+    """, TORCHTPU_NUM_DEVICES="4")
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
