@@ -352,3 +352,20 @@ def test_out_wider_than_the_inputs_takes_their_rounding_as_on_cpu():
         fn(x, expected)
         fn(x.to("tpu"), actual)
         assert_close(actual.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("target", [torch.uint8, torch.int8, torch.int16])
+@pytest.mark.parametrize("source", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_to_small_int_casts_wrap_as_on_cpu(source, target):
+    # Out of range, CPU and CUDA cast through a wide integer (-1.0 to uint8 is 255); XLA's own cast saturates.
+    values = torch.tensor([-1.0, -3.5, 300.0, 255.9, -128.5, 70000.0, -70000.0, 0.5, -0.5, 1e4]).to(source)
+    assert torch.equal(values.to("tpu").to(target).cpu(), values.to(target))
+
+
+@pytest.mark.parametrize("target", [torch.uint32, torch.uint64])
+@pytest.mark.parametrize("source", [torch.int64, torch.int32, torch.uint8, torch.bool, torch.float32])
+def test_casts_to_and_from_wide_unsigned_types(source, target):
+    # torch defines no promotion of uint32/uint64 with other integer types; a cast does not need one.
+    x = torch.tensor([1, 0, 3, 7]).to(source)
+    assert torch.equal(x.to("tpu").to(target).cpu(), x.to(target))
+    assert torch.equal(x.to(target).to("tpu").to(torch.int64).cpu(), x.to(target).to(torch.int64))

@@ -284,3 +284,49 @@ def test_max_pool_index_of_an_all_minus_inf_window_is_its_first_element(ceil_mod
     expected, actual = fn(x), fn(x.to("tpu"))
     assert_close(actual[0].cpu(), expected[0])
     assert torch.equal(actual[1].cpu(), expected[1])
+
+
+# ---- integer images ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode, antialias, align_corners", [
+    ("bilinear", False, False), ("bilinear", False, True), ("bilinear", True, False),
+    ("bicubic", False, False), ("bicubic", False, True), ("nearest", False, None), ("nearest-exact", False, None)])
+@pytest.mark.parametrize("size", [(4, 5), (11, 13)])
+def test_uint8_images_interpolate_as_on_cpu(mode, antialias, align_corners, size):
+    # CPU resamples uint8 one dim at a time in fixed point: tpu (float32 weights, rounding and clamping after
+    # each dim) lands within 1 of it; the nearest modes copy and are exact.
+    image = torch.randint(0, 256, (2, 3, 6, 7), dtype=torch.uint8)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        x = image.contiguous(memory_format=layout)
+        expected = F.interpolate(x, size=size, mode=mode, antialias=antialias, align_corners=align_corners)
+        actual = F.interpolate(x.to("tpu"), size=size, mode=mode, antialias=antialias, align_corners=align_corners)
+        assert actual.dtype == torch.uint8 and actual.stride() == expected.stride()
+        assert (actual.cpu().int() - expected.int()).abs().max() <= (0 if "nearest" in mode else 1)
+    assert fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+def test_integer_max_pool_is_exact(dtype):
+    x = torch.randint(-100 if dtype.is_signed else 0, 100, (2, 3, 7, 8)).to(dtype)
+    for kwargs in (dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1)):
+        expected, indices = F.max_pool2d(x, return_indices=True, **kwargs)
+        actual, actual_indices = F.max_pool2d(x.to("tpu"), return_indices=True, **kwargs)
+        assert torch.equal(actual.cpu(), expected) and torch.equal(actual_indices.cpu(), indices)
+
+
+@pytest.mark.parametrize("op", [
+    lambda t: F.interpolate(t.float().to(torch.int32), size=(3, 4), mode="bilinear"),
+    lambda t: F.interpolate(t[:, :, 0], size=5, mode="linear"),
+    lambda t: F.interpolate(t, size=(3, 4), mode="area"),
+    lambda t: F.adaptive_avg_pool2d(t, 3),
+    lambda t: F.adaptive_max_pool2d(t, 3),
+    lambda t: F.avg_pool2d(t.to(torch.int32), 2),
+], ids=["bilinear int32", "linear uint8", "area uint8", "adaptive_avg uint8", "adaptive_max uint8",
+        "avg_pool int32"])
+def test_integer_inputs_cpu_refuses_raise_cpus_error(op):
+    x = torch.randint(0, 256, (1, 2, 6, 8), dtype=torch.uint8)
+    with pytest.raises(NotImplementedError) as on_cpu:
+        op(x)
+    with pytest.raises(NotImplementedError) as on_tpu:
+        op(x.to("tpu"))
+    assert str(on_tpu.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]

@@ -327,3 +327,13 @@ def test_max_and_min_reductions_propagate_nan(fn):
 
 def test_topk_of_a_0_dim_tensor_with_k_0_gives_the_element():
     check(lambda t: tuple(torch.topk(t, 0)), torch.tensor(3.0))
+
+
+@pytest.mark.parametrize("op", [torch.std, torch.var, torch.std_mean, torch.var_mean])
+def test_std_and_var_of_integers_raise_cpus_error(op):
+    x = torch.tensor([1, 2, 4])
+    with pytest.raises(RuntimeError) as on_cpu:
+        op(x)
+    with pytest.raises(RuntimeError) as on_tpu:
+        op(x.to("tpu"))
+    assert str(on_tpu.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]

@@ -153,28 +153,32 @@ bool shaped_on_cpu(const std::string& name) {
 }
 
 // The result type of PyTorch's promotion over the tensors and numbers among `count` arguments from `first`
-// (all of them by default). torch defines no promotion of float8 with another type; the ops that mix them
-// (copies, _scaled_mm) compute in float32, so that is their common type.
+// (all of them by default). torch defines no promotion of float8, uint16, uint32 or uint64 with other types;
+// the ops that mix them anyway (copies, _scaled_mm) do not promote: float8 math runs in float32, the others
+// keep the first tensor's type.
 at::ScalarType common_dtype(const torch::jit::Stack& stack, size_t first, size_t count = SIZE_MAX) {
   at::native::ResultTypeState state;
-  bool any = false;
-  std::optional<at::ScalarType> seen;
+  std::optional<at::ScalarType> first_type;
+  bool float8 = false, unpromotable = false;
   for (size_t i = first; i < stack.size() && i - first < count; ++i) {
     const c10::IValue& v = stack[i];
     if (v.isTensor() && v.toTensor().defined()) {
       const at::ScalarType type = v.toTensor().scalar_type();
-      if (seen && *seen != type && (at::isFloat8Type(type) || at::isFloat8Type(*seen))) return at::kFloat;
-      seen = type;
-      state = at::native::update_result_type_state(v.toTensor(), state);
-      any = true;
-    } else if (v.isScalar() && !v.isBool()) {
+      float8 = float8 || at::isFloat8Type(type);
+      unpromotable = unpromotable || (first_type && *first_type != type &&
+                                      (at::isFloat8Type(type) || at::isFloat8Type(*first_type) ||
+                                       at::isBarebonesUnsignedType(type) || at::isBarebonesUnsignedType(*first_type)));
+      if (!first_type) first_type = type;
+      if (!unpromotable) state = at::native::update_result_type_state(v.toTensor(), state);
+    } else if (v.isScalar() && !v.isBool() && !unpromotable) {
       at::Tensor wrapped = at::scalar_tensor(v.toScalar(), at::TensorOptions().dtype(
           v.isDouble() ? at::kDouble : v.isComplexDouble() ? at::kComplexDouble : at::kLong));
       wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
       state = at::native::update_result_type_state(wrapped, state);
     }
   }
-  return any ? at::native::result_type(state) : at::kFloat;
+  if (unpromotable) return float8 ? at::kFloat : *first_type;
+  return first_type ? at::native::result_type(state) : at::kFloat;
 }
 
 // Whether a tensor argument (alone or in a list) from `first` on satisfies `test`.

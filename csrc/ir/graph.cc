@@ -339,6 +339,11 @@ Value Graph::convert(Value x, DType dtype) {
   // torch converts to and from float8 through float32 (so a double is rounded twice, as on CPU).
   if (is_float8(dtype) && from != DType::kF32) return convert(convert(x, DType::kF32), dtype);
   if (is_float8(from) && dtype != DType::kF32) return convert(convert(x, DType::kF32), dtype);
+  // Out of range, torch's float to 8- and 16-bit integer casts wrap through a wide integer on CPU and CUDA
+  // (-1.0 to uint8 is 255) where XLA's saturate.
+  if (is_floating(from) && (dtype == DType::kU8 || dtype == DType::kI8 || dtype == DType::kI16)) {
+    return convert(convert(x, DType::kI64), dtype);
+  }
   if (dtype == DType::kF8E4M3FN) {
     // torch saturates to +-448 (infinities too) where XLA would give NaN; the other formats overflow as XLA does.
     const Value limit = constant(largest_finite(dtype), DType::kF32, type(x).dims);

@@ -193,6 +193,24 @@ Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_
   return g.reduce(terms, g.constant(0.0, dtype), {dim + 1}, ir::Reducer::kAdd);
 }
 
+Value extreme(Graph& g, DType dtype, bool lowest, const std::vector<int64_t>& dims) {
+  if (is_floating(dtype)) {
+    const double inf = std::numeric_limits<double>::infinity();
+    return g.constant(lowest ? -inf : inf, dtype, dims);
+  }
+  if (dtype == DType::kBool) return g.constant_int(lowest ? 0 : 1, dtype, dims);
+  int64_t value = 0;
+  switch (dtype) {
+    case DType::kI8: value = lowest ? -128 : 127; break;
+    case DType::kI16: value = lowest ? -32768 : 32767; break;
+    case DType::kI32: value = lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max(); break;
+    case DType::kI64: value = lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max(); break;
+    case DType::kU8: value = lowest ? 0 : 255; break;
+    default: value = lowest ? 0 : -1; break;  // unsigned 32/64: all ones
+  }
+  return g.constant_int(value, dtype, dims);
+}
+
 DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16 || is_float8(dtype)) ? DType::kF32 : dtype;
 }

@@ -287,26 +287,7 @@ std::vector<Value> lower_scatter_value_reduce(LoweringContext& ctx) {
 Value identity(Graph& g, Combine combine, DType dtype, const std::vector<int64_t>& dims) {
   if (combine == Combine::kAdd) return g.constant_int(0, dtype, dims);
   if (combine == Combine::kMul) return g.constant_int(1, dtype, dims);
-  const bool lowest = combine == Combine::kMax;
-  if (is_floating(dtype)) {
-    const double inf = std::numeric_limits<double>::infinity();
-    return g.constant(lowest ? -inf : inf, dtype, dims);
-  }
-  if (dtype == DType::kBool) return g.constant_int(lowest ? 0 : 1, dtype, dims);
-  int64_t value = 0;
-  switch (dtype) {
-    case DType::kI8: value = lowest ? -128 : 127; break;
-    case DType::kI16: value = lowest ? -32768 : 32767; break;
-    case DType::kI32:
-      value = lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max();
-      break;
-    case DType::kI64:
-      value = lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
-      break;
-    case DType::kU8: value = lowest ? 0 : 255; break;
-    default: value = lowest ? 0 : -1; break;  // unsigned 32/64: all ones
-  }
-  return g.constant_int(value, dtype, dims);
+  return extreme(g, dtype, combine == Combine::kMax, dims);
 }
 
 // a / b rounded toward negative infinity, for integers (StableHLO's divide truncates).

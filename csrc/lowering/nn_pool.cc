@@ -9,6 +9,7 @@
 // one per offset. Adaptive average pooling contracts each spatial dim with a matrix of bin weights;
 // adaptive max pooling visits each bin's elements through host-computed gathers.
 #include <algorithm>
+#include <stdexcept>
 #include <limits>
 #include <string>
 
@@ -131,7 +132,7 @@ std::vector<Value> max_pool(LoweringContext& ctx, size_t spatial) {
   const Pool p = pool_geometry(ctx, spatial, in, result, 1, 4);
   const size_t rank = in.dims.size();
   const std::vector<int64_t> low = on_spatial(rank, p.padding, 0), high = on_spatial(rank, p.high, 0);
-  Value padded = g.pad(ctx.tensor(0), g.constant(-std::numeric_limits<double>::infinity(), in.dtype), low, high);
+  Value padded = g.pad(ctx.tensor(0), extreme(g, in.dtype, true), low, high);
   auto positive = [](const std::vector<int64_t>& v) {
     return std::any_of(v.begin(), v.end(), [](int64_t n) { return n > 0; });
   };
@@ -223,7 +224,17 @@ Value avg_divisor(LoweringContext& ctx, const Pool& p, const std::vector<int64_t
 }
 
 // avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override?)
+// CPU's average and adaptive pooling kernels take floating inputs (avg_pool int64 too); the meta kernels take
+// any, so the rules refuse the rest and the glue raises CPU's error.
+void require_pooled_dtype(const LoweringContext& ctx, bool int64_too) {
+  const DType dtype = ctx.type_of(0).dtype;
+  if (!is_floating(dtype) && !(int64_too && dtype == DType::kI64)) {
+    throw std::invalid_argument("this pooling takes floating point inputs");
+  }
+}
+
 std::vector<Value> avg_pool(LoweringContext& ctx, size_t spatial) {
+  require_pooled_dtype(ctx, /*int64_too=*/true);
   Graph& g = ctx.graph;
   const Type in = ctx.type_of(0);
   const Type& result = ctx.outputs.at(0);
@@ -338,6 +349,7 @@ Value adaptive_average(Graph& g, Value x, const std::vector<int64_t>& in, const 
 
 // _adaptive_avg_pool{2,3}d(self, output_size): a weighted sum over the spatial dims, exact for any sizes.
 std::vector<Value> adaptive_avg_pool(LoweringContext& ctx, size_t spatial) {
+  require_pooled_dtype(ctx, /*int64_too=*/false);
   Graph& g = ctx.graph;
   const Type result = ctx.outputs.at(0);
   const DType accumulate = accumulation_dtype(result.dtype);
@@ -367,6 +379,7 @@ std::vector<Value> lower_adaptive_avg_pool3d_backward(LoweringContext& ctx) { re
 // a dim reads position min(start + k, end - 1) of each bin: short bins repeat their last element, which
 // changes neither the first maximum nor the last NaN.
 std::vector<Value> adaptive_max_pool(LoweringContext& ctx, size_t spatial) {
+  require_pooled_dtype(ctx, /*int64_too=*/false);
   Graph& g = ctx.graph;
   const Type in = ctx.type_of(0);
   const Type& result = ctx.outputs.at(0);

@@ -39,25 +39,6 @@ Value sum_in(LoweringContext& ctx, const std::vector<int64_t>& dims, DType accum
   return g.reduce(x, g.constant_int(0, accumulate), dims, Reducer::kAdd);
 }
 
-// Lowest (for max) or highest (for min) value of the type: the reduction's identity.
-Value extreme(Graph& g, DType dtype, bool lowest) {
-  if (is_floating(dtype)) {
-    const double inf = std::numeric_limits<double>::infinity();
-    return g.constant(lowest ? -inf : inf, dtype);
-  }
-  if (dtype == DType::kBool) return g.constant_int(lowest ? 0 : 1, dtype);
-  int64_t value = 0;
-  switch (dtype) {
-    case DType::kI8: value = lowest ? -128 : 127; break;
-    case DType::kI16: value = lowest ? -32768 : 32767; break;
-    case DType::kI32: value = lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max(); break;
-    case DType::kI64: value = lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max(); break;
-    case DType::kU8: value = lowest ? 0 : 255; break;
-    default: value = lowest ? 0 : -1; break;  // unsigned 32/64: all ones
-  }
-  return g.constant_int(value, dtype);
-}
-
 Value extremum(LoweringContext& ctx, const std::vector<int64_t>& dims, bool is_max) {
   Graph& g = ctx.graph;
   Value x = ctx.tensor(0);
@@ -278,6 +259,11 @@ Moments moments(LoweringContext& ctx, const std::vector<int64_t>& dims, double c
 
 // var.correction(self, dim?, *, correction?, keepdim): correction defaults to 1 (Bessel).
 Moments correction_moments(LoweringContext& ctx) {
+  // The meta kernels let integer inputs through; CPU refuses them (the caller raises CPU's words).
+  const DType input = ctx.type_of(0).dtype;
+  if (!is_floating(input) && !is_complex(input)) {
+    throw std::invalid_argument("std and var only support floating point and complex dtypes");
+  }
   const double correction = ctx.is_none(2) ? 1.0 : ctx.real(2);
   return moments(ctx, dims_arg(ctx, 1), correction, accumulation_dtype(out(ctx).dtype));
 }

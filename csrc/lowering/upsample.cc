@@ -290,8 +290,12 @@ std::vector<Value> upsample(LoweringContext& ctx, Mode mode) {
   const Type& result = ctx.outputs.at(0);
   // Nearest modes copy elements, in any dtype; the others compute in PyTorch's opmath type.
   const bool copies = mode == Mode::kNearest || mode == Mode::kNearestExact;
-  const DType compute = copies ? in.dtype : accumulation_dtype(in.dtype);
   const std::vector<Taps> taps = spatial_taps(ctx, mode, false, in.dtype, in.dims);
+  // Besides floats, CPU's kernels take uint8 images, in the nearest modes and the 2-d bilinear and bicubic
+  // ones; another integer input gets CPU's error (the glue asks CPU when a rule refuses).
+  const bool image = in.dtype == DType::kU8 && (copies || taps.size() == 2);
+  if (!is_floating(in.dtype) && !image) throw std::invalid_argument("upsampling takes floating point or uint8 images");
+  const DType compute = copies ? in.dtype : is_floating(in.dtype) ? accumulation_dtype(in.dtype) : DType::kF32;
   // The meta kernels of the linear and cubic modes accept an empty spatial size, CPU's kernels refuse it
   // (the glue then raises CPU's message).
   for (size_t d = in.dims.size() - taps.size(); d < in.dims.size() && !copies; ++d) {
@@ -303,6 +307,13 @@ std::vector<Value> upsample(LoweringContext& ctx, Mode mode) {
   const int64_t first_spatial = in.rank() - static_cast<int64_t>(taps.size());
   for (int64_t d = static_cast<int64_t>(taps.size()) - 1; d >= 0; --d) {
     x = resample_dim(g, x, first_spatial + d, taps[static_cast<size_t>(d)]);
+    // uint8: CPU resamples one dim at a time into uint8, weighing in fixed point, so each pass rounds to
+    // nearest and clamps to 0..255 (bicubic overshoots).
+    if (!copies && !is_floating(result.dtype)) {
+      const std::vector<int64_t>& dims = g.type(x).dims;
+      x = g.unary("floor", g.binary("add", x, g.constant(0.5, compute, dims)));
+      x = g.binary("minimum", g.binary("maximum", x, g.constant(0.0, compute, dims)), g.constant(255.0, compute, dims));
+    }
   }
   return {g.convert(x, result.dtype)};
 }
