@@ -44,3 +44,26 @@ def test_training_step_is_served_from_the_program_cache():
     ops = torchtpu.metrics()["ops"]
     assert sum(c["compiles"] for c in ops.values()) == 0
     assert sum(c["cache_hits"] for c in ops.values()) > 0
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_activation_checkpointing_replays_the_dropout_mask(use_reentrant, mode):
+    # torch.utils.checkpoint restores the device's random state before recomputing the forward only when
+    # the device module says it is initialised (torch.cuda._initialized); otherwise the recomputation draws
+    # a new dropout mask and the gradients are wrong, silently.
+    from torch.utils.checkpoint import checkpoint
+
+    def gradients(checkpointed: bool):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(8, 32).to("tpu")
+        x = torch.randn(4, 8).to("tpu").requires_grad_()
+        block = lambda t: torch.nn.functional.dropout(layer(t), 0.5).relu()  # noqa: E731
+        torch.manual_seed(9)
+        out = checkpoint(block, x, use_reentrant=use_reentrant) if checkpointed else block(x)
+        out.square().sum().backward()
+        return layer.weight.grad.cpu(), x.grad.cpu()
+
+    with torchtpu.eager_mode(mode):
+        for plain, checkpointed in zip(gradients(False), gradients(True)):
+            assert torch.equal(plain, checkpointed)

@@ -37,6 +37,15 @@ def is_initialized() -> bool:
     return _C._plugin_loaded()
 
 
+def __getattr__(name: str):
+    # ``torch.cuda._initialized`` is a flag PyTorch reads by name: torch.utils.checkpoint saves and restores the
+    # device's random state only when it is true, so dropout under activation checkpointing replays the same
+    # mask in the recomputation. Answered live here, as the plugin loads lazily.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _is_in_bad_fork() -> bool:
     """True in a child forked after the parent initialised the device: the device cannot be used there."""
     return _C._is_in_bad_fork()
