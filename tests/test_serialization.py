@@ -195,3 +195,26 @@ def test_whole_module_state_into_cpu_module(roundtrip):
     cpu_model.load_state_dict(loaded)
     x = torch.randn(3, 4)
     torch.testing.assert_close(cpu_model(x), ref(x))
+
+
+# ---- pickle -------------------------------------------------------------------------------------------
+
+def test_pickle_and_deepcopy_keep_tpu_tensors_and_modules():
+    import copy
+    import pickle
+
+    base = torch.arange(12.0).reshape(3, 4)
+    view = base.to(TPU)[:, 1:3]
+    for restored in (pickle.loads(pickle.dumps(view)), copy.deepcopy(view)):
+        assert restored.device == TPU and restored.stride() == view.stride()
+        assert torch.equal(restored.cpu(), base[:, 1:3])
+    model = make_model().to(TPU)
+    restored_model = pickle.loads(pickle.dumps(model))
+    for original, restored in zip(model.state_dict().values(), restored_model.state_dict().values()):
+        assert restored.device == TPU and torch.equal(restored.cpu(), original.cpu())
+    assert pickle.loads(pickle.dumps(view.untyped_storage())).device == TPU
+
+
+def test_legacy_format_explains_itself():
+    with pytest.raises(RuntimeError, match="default format"):
+        torch.save(torch.ones(2, device=TPU), io.BytesIO(), _use_new_zipfile_serialization=False)

@@ -48,8 +48,12 @@ c10::Allocator* tpu_allocator() {
 
 StorageHandle& storage_handle(const c10::Storage& storage) {
   void* context = storage.data_ptr().get_context();
-  TORCH_CHECK(context != nullptr && storage.device_type() == c10::DeviceType::PrivateUse1,
-              "expected a tpu storage");
+  TORCH_CHECK(storage.device_type() == c10::DeviceType::PrivateUse1, "expected a tpu storage");
+  // A tensor made by from_blob over a tpu data pointer (torch.save's legacy format does so) has no storage of
+  // ours: tpu data pointers name no memory.
+  TORCH_CHECK(context != nullptr,
+              "this tpu tensor was made from a raw data pointer (torch.from_blob), which names no tpu memory; "
+              "save tpu tensors with torch.save's default format (not _use_new_zipfile_serialization=False)");
   return *static_cast<StorageHandle*>(context);
 }
 
