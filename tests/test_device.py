@@ -431,3 +431,49 @@ def test_two_devices_in_subprocess():
         """, TORCHTPU_NUM_DEVICES="2")
     assert_subprocess_ok(result)
     assert result.stdout.strip().endswith("OK")
+
+
+def test_device_name_properties_and_capability():
+    assert torch.tpu.get_device_name() == torch.tpu.get_device_name(0) != ""
+    properties = torch.tpu.get_device_properties(0)
+    assert properties.name == torch.tpu.get_device_name() and properties.total_memory > 0
+    dtypes = torch.accelerator.get_device_capability()["supported_dtypes"]
+    assert dtypes == torch.tpu.get_device_capability()["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.float8_e4m3fn} <= dtypes
+    assert torch.float8_e8m0fnu not in dtypes
+
+
+def test_accelerator_memory_functions_report_the_device():
+    torch.accelerator.reset_peak_memory_stats()
+    before = torch.accelerator.memory_allocated()
+    x = torch.randn(1000, device="tpu") * 2
+    assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated() >= before + 4000
+    assert torch.accelerator.max_memory_allocated() >= torch.accelerator.memory_allocated()
+    assert torch.accelerator.memory_stats()["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
+    torch.accelerator.empty_cache()
+    del x
+
+
+@pytest.mark.parametrize("call", [
+    lambda: torch.tpu.memory_allocated(7), lambda: torch.tpu.memory_stats(7), lambda: torch.tpu.synchronize(7),
+    lambda: torch.tpu.get_device_name(7), lambda: torch.accelerator.memory_allocated(7)])
+def test_a_device_that_does_not_exist_is_an_error(call):
+    with pytest.raises(RuntimeError, match="Invalid device index tpu:7"):
+        call()
+
+
+def test_stream_context_makes_its_device_current():
+    result = run_python("""
+        import torch, torchtpu
+        stream = torch.tpu.Stream(device=1)
+        with torch.tpu.stream(stream):
+            assert torch.tpu.current_device() == 1 and torch.tpu.current_stream().device_index == 1
+            assert torch.ones(2, device="tpu").device == torch.device("tpu", 1)
+        assert torch.tpu.current_device() == 0
+        torch.tpu.set_stream(stream)
+        assert torch.tpu.current_device() == 1
+        with torch.tpu.device(-1):
+            assert torch.tpu.current_device() == 1
+        print("ok")
+        """, TORCHTPU_NUM_DEVICES="2")
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -22,13 +22,6 @@ thread_local c10::DeviceIndex t_current_device = 0;
 
 c10::DeviceIndex checked_count() { return static_cast<c10::DeviceIndex>(runtime::device_count()); }
 
-void check_index(c10::DeviceIndex index) {
-  const c10::DeviceIndex count = checked_count();
-  TORCH_CHECK(index >= 0 && index < count, "Invalid device index tpu:", static_cast<int>(index), ": there ",
-              count == 1 ? "is 1 tpu device" : "are " + std::to_string(count) + " tpu devices",
-              " (the CPU plugin presents TORCHTPU_NUM_DEVICES virtual devices).");
-}
-
 struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
   c10::Device exchangeDevice(c10::Device device) const override {
@@ -39,7 +32,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return {c10::DeviceType::PrivateUse1, t_current_device}; }
   void setDevice(c10::Device device) const override {
     if (device.index() == t_current_device) return;
-    check_index(device.index());
+    check_device_index(device.index());
     t_current_device = device.index();
   }
   void uncheckedSetDevice(c10::Device device) const noexcept override { t_current_device = device.index(); }
@@ -100,6 +93,24 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeStream(const c10::Stream& stream) const override { synchronize_device(stream.device_index()); }
   void synchronizeDevice(const c10::DeviceIndex index) const override { synchronize_device(index < 0 ? 0 : index); }
+  // torch.accelerator.get_device_capability(): the dtypes a tpu tensor can hold.
+  c10::DeviceCapability getDeviceCapability(c10::Device /*device*/) const override {
+    c10::DeviceCapability capability;
+    capability.capability_data.capability_bits = 0;
+    auto holds = [](c10::ScalarType type) {
+      try {
+        to_dtype(type);
+        return true;
+      } catch (const c10::Error&) {
+        return false;
+      }
+    };
+#define TORCHTPU_MARK_SUPPORTED(_, name) \
+  capability.capability_data.supported_scalar_types.has_##name = holds(c10::ScalarType::name);
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(TORCHTPU_MARK_SUPPORTED)
+#undef TORCHTPU_MARK_SUPPORTED
+    return capability;
+  }
 };
 
 // Pinned host memory: page-aligned allocations we can recognise (is_pinned) by address range.
@@ -163,7 +174,7 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return checked_count(); }
   void setCurrentDevice(c10::DeviceIndex device) const override {
-    check_index(device);
+    check_device_index(device);
     t_current_device = device;
   }
   c10::DeviceIndex getCurrentDevice() const override { return t_current_device; }
@@ -188,7 +199,15 @@ const bool g_hooks_registered = [] {
 
 }  // namespace
 
+void check_device_index(int index) {
+  const c10::DeviceIndex count = checked_count();
+  TORCH_CHECK(index >= 0 && index < count, "Invalid device index tpu:", index, ": there ",
+              count == 1 ? "is 1 tpu device" : "are " + std::to_string(count) + " tpu devices",
+              " (the CPU plugin presents TORCHTPU_NUM_DEVICES virtual devices).");
+}
+
 void synchronize_device(int device) {
+  check_device_index(device);
   flush_trace("synchronize");
   runtime::synchronize(device);
   raise_value_errors(device);

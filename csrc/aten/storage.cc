@@ -3,22 +3,28 @@
 #include <ATen/ops/_neg_view.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <atomic>
 
+#include "aten/device.h"
 #include "aten/device_error.h"
 #include "aten/fused.h"
 #include "aten/metrics.h"
 #include "aten/value_checks.h"
 #include "lowering/view.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::aten {
 namespace {
 
 void delete_handle(void* context) { delete static_cast<StorageHandle*>(context); }
 
-class TpuAllocator final : public c10::Allocator {
+// Storages name device buffers that PJRT allocates when a program writes them; the allocator hands out
+// handles. It is a DeviceAllocator so torch.accelerator's memory functions (memory_allocated, memory_stats,
+// reset_peak_memory_stats, empty_cache) report the device's buffers, as torch.tpu's do.
+class TpuAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
@@ -31,6 +37,40 @@ class TpuAllocator final : public c10::Allocator {
     return {address, handle, &delete_handle, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  bool initialized() override { return runtime::plugin_loaded(); }
+  void emptyCache(c10::MempoolId_t /*pool*/) override {}  // buffers are freed with their last tensor: no cache
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}  // one queue per device
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const runtime::MemoryStats raw = runtime::memory_stats(device);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+      c10::CachingAllocator::Stat& stat = (*bytes)[aggregate];
+      stat.current = raw.allocated;
+      stat.peak = raw.peak_allocated;
+      stat.allocated = raw.allocated_total;
+      stat.freed = raw.freed_total;
+    }
+    for (auto* count : {&stats.allocation, &stats.segment, &stats.active}) {
+      c10::CachingAllocator::Stat& stat = (*count)[aggregate];
+      stat.current = raw.allocations - raw.frees;
+      stat.allocated = raw.allocations;
+      stat.freed = raw.frees;
+    }
+    stats.num_ooms = raw.ooms;
+    stats.num_device_alloc = raw.allocations;
+    stats.num_device_free = raw.frees;
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    runtime::reset_accumulated_memory(device);
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    runtime::reset_peak_memory(device);
+  }
   void copy_data(void*, const void*, std::size_t) const override {
     TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_");
   }

@@ -110,6 +110,13 @@ PYBIND11_MODULE(_C, m) {
     return translate([&] { return aten::register_kernel(name, functions, entry, types(inputs), types(outputs)); });
   });
   m.def("_device_count", [] { return translate([] { return runtime::device_count(); }); });
+  m.def("_check_device_index", [](int index) { translate([&] { aten::check_device_index(index); }); });
+  m.def("_device_kind", [](int index) {
+    return translate([&] {
+      aten::check_device_index(index);
+      return runtime::device_kind(index);
+    });
+  });
   m.def("_current_device", [] {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
   });

@@ -288,4 +288,17 @@ bool plugin_available() {
 
 int device_count() { return static_cast<int>(plugin().devices.size()); }
 
+std::string device_kind(int index) {
+  const Plugin& p = plugin();
+  PJRT_Device_GetDescription_Args description{};
+  description.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  description.device = p.devices.at(static_cast<size_t>(index));
+  check(p.api, p.api->PJRT_Device_GetDescription(&description), "PJRT_Device_GetDescription");
+  PJRT_DeviceDescription_Kind_Args kind{};
+  kind.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE;
+  kind.device_description = description.device_description;
+  check(p.api, p.api->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
+  return {kind.device_kind, kind.device_kind_size};
+}
+
 }  // namespace torchtpu::runtime

@@ -27,6 +27,8 @@ const PluginInfo& plugin_info();
 // True once a plugin has been loaded successfully; never throws and never loads.
 bool plugin_loaded();
 int device_count();
+// What the plugin calls device `index` ("TPU v5 lite", "cpu", ...).
+std::string device_kind(int index);
 
 // True when a plugin can be found (TORCHTPU_PJRT_PLUGIN or a candidate names an existing file) or is
 // loaded. Never loads it and never creates the client, so asking costs nothing and keeps fork() safe.

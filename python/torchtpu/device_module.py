@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import dataclasses
 from typing import Any
 
 import torch
@@ -18,14 +19,16 @@ _DeviceLike = Any  # int, str, torch.device or None
 
 
 def _index(device: _DeviceLike = None) -> int:
+    """The index of an existing tpu device (the current one for None); RuntimeError for one that does not exist."""
     if device is None:
         return current_device()
-    if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.type != "tpu":
-        raise ValueError(f"Expected a tpu device, got {device}")
-    return current_device() if device.index is None else device.index
+    if not isinstance(device, int):
+        device = torch.device(device)
+        if device.type != "tpu":
+            raise ValueError(f"Expected a tpu device, got {device}")
+        device = current_device() if device.index is None else device.index
+    _C._check_device_index(device)
+    return device
 
 
 def is_available() -> bool:
@@ -74,7 +77,7 @@ class device:
     """Context manager that makes ``device`` the current tpu device."""
 
     def __init__(self, device: _DeviceLike):
-        self.index = -1 if device is None else _index(device)
+        self.index = -1 if device is None or device == -1 else _index(device)  # -1: no change, as CUDA's
         self.previous = -1
 
     def __enter__(self) -> None:
@@ -86,6 +89,32 @@ class device:
         if self.index >= 0:
             set_device(self.previous)
         return False
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    """What the PJRT plugin calls the device: "TPU v5 lite", "TPU v6 lite", "cpu" on the CPU plugin."""
+    return _C._device_kind(_index(device))
+
+
+@dataclasses.dataclass(frozen=True)
+class _TpuDeviceProperties:
+    """``torch.tpu.get_device_properties``: the fields of CUDA's that a tpu device has."""
+    name: str
+    platform: str
+    total_memory: int
+    index: int
+
+
+def get_device_properties(device: _DeviceLike = None) -> _TpuDeviceProperties:
+    index = _index(device)
+    return _TpuDeviceProperties(name=get_device_name(index), platform=_C._plugin_info()["platform"],
+                                total_memory=mem_get_info(index)[1], index=index)
+
+
+def get_device_capability(device: _DeviceLike = None) -> dict[str, Any]:
+    """``torch.accelerator.get_device_capability``'s answer (the dtypes a tpu tensor holds). TPUs have no CUDA
+    compute capability (major, minor)."""
+    return torch.accelerator.get_device_capability(torch.device("tpu", _index(device)))
 
 
 def synchronize(device: _DeviceLike = None) -> None:
@@ -251,7 +280,7 @@ def empty_cache() -> None:
 atexit.register(_C._prepare_exit)
 
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("os", "Any", "torch", "annotations", "atexit", "collections")]
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("os", "Any", "torch", "annotations", "atexit", "collections", "contextlib", "dataclasses")]
 
 
 # Streams and events (FSDP2 and other libraries written for CUDA use them). A tpu device runs its programs in
@@ -284,10 +313,17 @@ def default_stream(device: _DeviceLike = None) -> torch.Stream:
 
 
 def set_stream(stream: torch.Stream) -> None:
-    """Nothing to switch: the device has one queue."""
+    """Makes the stream's device current, as CUDA's does; each device has one queue, so no queue changes."""
+    if stream is not None:
+        set_device(stream.device_index)
 
 
 @contextlib.contextmanager
 def stream(stream: torch.Stream | None):
-    """``with torch.tpu.stream(s):`` — work inside runs on the device's one queue, as all work does."""
-    yield
+    """``with torch.tpu.stream(s):`` — the stream's device is current inside, as with CUDA's; work runs on that
+    device's one queue, as all its work does."""
+    if stream is None:
+        yield
+        return
+    with device(stream.device_index):
+        yield
