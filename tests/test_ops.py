@@ -369,3 +369,16 @@ def test_casts_to_and_from_wide_unsigned_types(source, target):
     x = torch.tensor([1, 0, 3, 7]).to(source)
     assert torch.equal(x.to("tpu").to(target).cpu(), x.to(target))
     assert torch.equal(x.to(target).to("tpu").to(torch.int64).cpu(), x.to(target).to(torch.int64))
+
+
+def test_negative_scalar_power_of_integers_raises_cpus_error():
+    x = torch.tensor([2, 0, 3])
+    for op in (lambda t: t ** -1, lambda t: t.clone().pow_(-2)):
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+            op(x.to("tpu"))
+    assert torch.equal((x.to("tpu") ** -1.0).cpu(), x ** -1.0)
+    assert torch.equal((x.to("tpu") ** 3).cpu(), x ** 3)
+    # Negative exponents in a tensor: CPU computes them (0, or +-1 for a base of +-1).
+    bases, exponents = torch.tensor([2, 3, 1, -1, -1, 5, -2]), torch.tensor([1, -1, -3, -3, -2, 0, -1])
+    assert torch.equal((bases.to("tpu") ** exponents.to("tpu")).cpu(), bases ** exponents)
+    assert torch.equal((2 ** exponents.to("tpu")).cpu(), 2 ** exponents)

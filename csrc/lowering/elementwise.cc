@@ -110,10 +110,20 @@ std::vector<Value> lower_div_mode(LoweringContext& ctx) {
   return {finish(ctx, q)};
 }
 
+// CPU refuses a negative scalar exponent of an integer power (its value is compiled in, so the rule sees it);
+// a tensor of exponents may hold negative ones (CPU gives 0 or +-1 for them, as XLA does).
+bool integer_power(const LoweringContext& ctx) {
+  const DType dtype = out(ctx).dtype;
+  return !is_floating(dtype) && !is_complex(dtype) && dtype != DType::kBool;
+}
+
 std::vector<Value> lower_pow_tensor_scalar(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value base = operand(ctx, 0);
   const double exponent = ctx.real(1);
+  if (integer_power(ctx) && exponent < 0) {
+    throw std::invalid_argument("Integers to negative integer powers are not allowed.");
+  }
   if (exponent == 2.0) return {finish(ctx, g.binary("multiply", base, base))};
   if (exponent == 1.0) return {finish(ctx, base)};
   return {finish(ctx, g.binary("power", base, scalar_like(ctx, exponent)))};
