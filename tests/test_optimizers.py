@@ -87,3 +87,23 @@ def test_fused_step_with_zero_weight_decay_keeps_an_infinite_parameter(name):
         kind([p], lr=0.1, weight_decay=0.0, fused=True).step()
         results.append(p.detach().cpu())
     assert_close(results[1], results[0])
+
+
+@pytest.mark.parametrize("kind", [torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD])
+@pytest.mark.parametrize("lr_device", ["cpu", "tpu"])
+def test_fused_step_with_a_tensor_learning_rate_is_lowered(kind, lr_device):
+    # A tensor lr (what compiled optimizers are advised to use) picks the fused kernels' tensor_lr overloads,
+    # which PyTorch ships without meta kernels (torchtpu/_meta.py supplies them).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    tpu_model = copy.deepcopy(model)
+    extra = {"momentum": 0.9} if kind is torch.optim.SGD else {}
+    cpu_model, _ = steps(model, lambda params, **path: kind(params, lr=torch.tensor(1e-2), **extra, **path),
+                         "fused", "cpu")
+    torchtpu.reset_metrics()
+    tpu_model, _ = steps(tpu_model, lambda params, **path: kind(params, lr=torch.tensor(1e-2, device=lr_device),
+                                                                **extra, **path), "fused", "tpu")
+    assert fallback_ops() == {}
+    assert any(op.endswith(".tensor_lr") for op in torchtpu.metrics()["ops"])
+    for p_tpu, p_cpu in zip(tpu_model.parameters(), cpu_model.parameters()):
+        assert_close(p_tpu.cpu(), p_cpu, rtol=1e-4, atol=1e-5)

@@ -55,6 +55,27 @@ def _fused_sgd_(self, grads, momentum_buffer_list, **kwargs):
                  lambda: "_fused_sgd_: momentum_buffer_list must be empty or as long as self")
 
 
+def _fused_adam_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs):
+    # In place (Adam and AdamW, float or tensor lr): the lists must agree, as the CPU kernel checks.
+    for name, tensors in (("grads", grads), ("exp_avgs", exp_avgs), ("exp_avg_sqs", exp_avg_sqs),
+                          ("state_steps", state_steps)):
+        torch._check(len(tensors) == len(self), lambda: f"_fused_adam_: self and {name} must have the same length")
+    torch._check(not max_exp_avg_sqs or len(max_exp_avg_sqs) == len(self),
+                 lambda: "_fused_adam_: max_exp_avg_sqs must be empty or as long as self")
+
+
+def _fused_adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs):
+    # The functional form torch.compile's graphs call: new parameters, grads and states.
+    _fused_adam_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps)
+    return tuple([t.new_empty(t.shape) for t in tensors] for tensors in (self, grads, exp_avgs, exp_avg_sqs,
+                                                                           max_exp_avg_sqs))
+
+
+def _fused_sgd(self, grads, momentum_buffer_list, **kwargs):
+    _fused_sgd_(self, grads, momentum_buffer_list)
+    return tuple([t.new_empty(t.shape) for t in tensors] for tensors in (self, grads, momentum_buffer_list))
+
+
 def _check_cell_sizes(op, input_gates, hidden_gates, state, biases, gates_per_state):
     # The size checks of CUDA's fused cells, with an absent bias allowed.
     size = (state.size(0), gates_per_state * state.size(1))
@@ -109,6 +130,13 @@ def _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
 _KERNELS = {
     "_fused_sgd_": _fused_sgd_,
     "_fused_sgd_.tensor_lr": _fused_sgd_,
+    "_fused_sgd": _fused_sgd,
+    "_fused_sgd.tensor_lr": _fused_sgd,
+    "_fused_adam_.tensor_lr": _fused_adam_,
+    "_fused_adamw_.tensor_lr": _fused_adam_,
+    "_fused_adam.tensor_lr": _fused_adam,
+    "_fused_adamw": _fused_adam,
+    "_fused_adamw.tensor_lr": _fused_adam,
     "multi_margin_loss_backward": _like_self,  # grad_input has self's shape and dtype
     "_ctc_loss_backward": _like_self,  # the gradient of log_probs (the second argument)
     "multilabel_margin_loss_backward": _like_self,
