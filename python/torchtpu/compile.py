@@ -15,9 +15,11 @@ import operator
 import warnings
 
 import torch
+from torch._C import DispatchKey
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.device_interface import DeviceInterface, register_interface_for_device
+from torch._prims import rng_prims
 
 import torchtpu._C
 from torchtpu.eager import eager_mode
@@ -124,6 +126,9 @@ class _GraphRunner:
 
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
+        # A graph that saves or restores the random state (activation checkpointing replaying dropout) does so
+        # on the host, between its ops: a replay would skip that, so such a graph always runs recorded.
+        self.replayable = not any(node.target in _RNG_STATE_OPS for node in gm.graph.nodes)
         self.captured = False
         self.program = None  # torchtpu._C._CompiledGraph
         self.why_not = None  # why the graph is not replayed, once captured
@@ -137,7 +142,7 @@ class _GraphRunner:
                 outputs = self._replay(args, device_inputs)
                 args.clear()  # the graph's inputs may go as soon as the program has them
                 return outputs
-        if not self.captured:
+        if not self.captured and self.replayable:
             self.captured = True
             outputs = self._capture(args)
         else:
@@ -309,6 +314,38 @@ def _graph_on_tpu(gm: torch.fx.GraphModule, example_inputs) -> bool:
     return any(_is_device_tensor(v) for v in values)
 
 
+# Higher-order ops that AOT autograd puts around a random op whose state activation checkpointing saves for
+# the recomputation. PyTorch implements them for CPU, CUDA, HPU and XPU only ("Backend not supported for tpu").
+_RNG_STATE_OPS = (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state)
+
+
+def _teach_rng_state_ops_tpu() -> None:
+    save, replay = _RNG_STATE_OPS
+    save_elsewhere = save.py_kernels[DispatchKey.BackendSelect]
+    replay_elsewhere = replay.py_kernels[DispatchKey.BackendSelect]
+    if getattr(save_elsewhere, "_torchtpu", False):
+        return
+
+    def save_state(op, *args, **kwargs):
+        if rng_prims.get_device(args, kwargs) != "tpu":
+            return save_elsewhere(op, *args, **kwargs)
+        return torch.tpu.get_rng_state(), op(*args, **kwargs)
+
+    def run_with_state(rng_state, op, *args, **kwargs):
+        if rng_prims.get_device(args, kwargs) != "tpu":
+            return replay_elsewhere(rng_state, op, *args, **kwargs)
+        current = torch.tpu.get_rng_state()
+        torch.tpu.set_rng_state(rng_state.cpu())
+        try:
+            return op(*args, **kwargs)
+        finally:
+            torch.tpu.set_rng_state(current)
+
+    save_state._torchtpu = run_with_state._torchtpu = True
+    save.py_kernels[DispatchKey.BackendSelect] = save_state
+    replay.py_kernels[DispatchKey.BackendSelect] = run_with_state
+
+
 def _route_default_backend_to_tpu() -> None:
     """``torch.compile(model)`` names inductor, whose code generator for a device called "tpu" is Google's
     TorchTPU's (Pallas kernels through its ``torch_tpu`` package); on this device it would fail with
@@ -332,3 +369,4 @@ def install() -> None:
     torch._dynamo.register_backend(name="tpu")(tpu_backend)
     register_interface_for_device("tpu", TpuInterface)
     _route_default_backend_to_tpu()
+    _teach_rng_state_ops_tpu()
