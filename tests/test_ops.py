@@ -382,3 +382,18 @@ def test_negative_scalar_power_of_integers_raises_cpus_error():
     bases, exponents = torch.tensor([2, 3, 1, -1, -1, 5, -2]), torch.tensor([1, -1, -3, -3, -2, 0, -1])
     assert torch.equal((bases.to("tpu") ** exponents.to("tpu")).cpu(), bases ** exponents)
     assert torch.equal((2 ** exponents.to("tpu")).cpu(), 2 ** exponents)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_wide_unsigned_tensors(dtype):
+    # PyTorch's CPU kernels take these "barebones" unsigned types in copies, views, comparisons and casts;
+    # tpu does the same (and computes min/max/arithmetic, which CPU refuses, with the type's wraparound).
+    top = torch.iinfo(dtype).max if dtype != torch.uint64 else 2**63 + 5
+    x = torch.tensor([5, 1, top, 0], dtype=dtype)
+    t = x.to("tpu")
+    assert torch.equal(t.cpu(), x)
+    assert torch.equal(t[1:3].contiguous().cpu(), x[1:3])
+    assert torch.equal((t == 1).cpu(), x == 1)
+    assert torch.equal(t.to(torch.int64).cpu(), x.to(torch.int64))
+    assert torch.equal(torch.zeros(3, dtype=dtype, device="tpu").cpu(), torch.zeros(3, dtype=dtype))
+    assert t.max().cpu().item() == top and t.min().cpu().item() == 0

@@ -148,6 +148,7 @@ DType to_dtype(at::ScalarType type) {
     case at::kInt: return DType::kI32;
     case at::kLong: return DType::kI64;
     case at::kByte: return DType::kU8;
+    case at::kUInt16: return DType::kU16;
     case at::kUInt32: return DType::kU32;
     case at::kUInt64: return DType::kU64;
     case at::kHalf: return DType::kF16;
@@ -173,6 +174,7 @@ at::ScalarType to_scalar_type(DType dtype) {
     case DType::kI32: return at::kInt;
     case DType::kI64: return at::kLong;
     case DType::kU8: return at::kByte;
+    case DType::kU16: return at::kUInt16;
     case DType::kU32: return at::kUInt32;
     case DType::kU64: return at::kUInt64;
     case DType::kF16: return at::kHalf;

@@ -15,6 +15,7 @@ size_t element_size(DType dtype) {
     case DType::kF8E5M2FNUZ:
       return 1;
     case DType::kI16:
+    case DType::kU16:
     case DType::kF16:
     case DType::kBF16:
       return 2;
@@ -65,7 +66,7 @@ DType complex_part(DType dtype) { return dtype == DType::kC128 ? DType::kF64 : D
 DType complex_of(DType part) { return part == DType::kF64 ? DType::kC128 : DType::kC64; }
 
 bool is_unsigned(DType dtype) {
-  return dtype == DType::kU8 || dtype == DType::kU32 || dtype == DType::kU64;
+  return dtype == DType::kU8 || dtype == DType::kU16 || dtype == DType::kU32 || dtype == DType::kU64;
 }
 
 const char* mlir_name(DType dtype) {
@@ -76,6 +77,7 @@ const char* mlir_name(DType dtype) {
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
     case DType::kU8: return "ui8";
+    case DType::kU16: return "ui16";
     case DType::kU32: return "ui32";
     case DType::kU64: return "ui64";
     case DType::kF16: return "f16";

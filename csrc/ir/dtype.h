@@ -15,6 +15,7 @@ enum class DType : uint8_t {
   kI32,
   kI64,
   kU8,
+  kU16,
   kU32,
   kU64,
   kF16,

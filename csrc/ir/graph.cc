@@ -314,7 +314,12 @@ Value Graph::constant_int(int64_t value, DType dtype, const std::vector<int64_t>
   if (is_floating(dtype) || is_complex(dtype)) return constant(static_cast<double>(value), dtype, dims);
   const Type scalar{dtype, {}};
   std::string literal = dtype == DType::kBool ? (value ? "true" : "false") : std::to_string(value);
-  if (is_unsigned(dtype)) literal = std::to_string(static_cast<uint64_t>(value));
+  if (is_unsigned(dtype)) {
+    // Two's complement of the type's width: -1 is the all-ones largest value.
+    const size_t bits = element_size(dtype) * 8;
+    const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    literal = std::to_string(static_cast<uint64_t>(value) & mask);
+  }
   Value c = add_node("\"stablehlo.constant\"() {value = dense<" + literal + "> : " + to_mlir(scalar) +
                          "} : () -> " + to_mlir(scalar),
                      {scalar});

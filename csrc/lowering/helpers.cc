@@ -206,6 +206,7 @@ Value extreme(Graph& g, DType dtype, bool lowest, const std::vector<int64_t>& di
     case DType::kI32: value = lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max(); break;
     case DType::kI64: value = lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max(); break;
     case DType::kU8: value = lowest ? 0 : 255; break;
+    case DType::kU16: value = lowest ? 0 : 65535; break;
     default: value = lowest ? 0 : -1; break;  // unsigned 32/64: all ones
   }
   return g.constant_int(value, dtype, dims);

@@ -249,6 +249,7 @@ uint64_t default_upper(DType dtype) {
     case DType::kI16: return 32767;
     case DType::kI32: return std::numeric_limits<int32_t>::max();
     case DType::kU8: return 255;
+    case DType::kU16: return std::numeric_limits<uint16_t>::max();
     case DType::kU32: return std::numeric_limits<uint32_t>::max();
     case DType::kU64: return std::numeric_limits<uint64_t>::max();
     default: return std::numeric_limits<int64_t>::max();

@@ -24,6 +24,7 @@ PJRT_Buffer_Type to_pjrt(DType dtype) {
     case DType::kI32: return PJRT_Buffer_Type_S32;
     case DType::kI64: return PJRT_Buffer_Type_S64;
     case DType::kU8: return PJRT_Buffer_Type_U8;
+    case DType::kU16: return PJRT_Buffer_Type_U16;
     case DType::kU32: return PJRT_Buffer_Type_U32;
     case DType::kU64: return PJRT_Buffer_Type_U64;
     case DType::kF16: return PJRT_Buffer_Type_F16;
