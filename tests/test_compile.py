@@ -1,5 +1,6 @@
 """torch.compile(backend="tpu") against eager CPU (docs/compile.md). Tolerance 1e-4 (float32)."""
 import copy
+import warnings
 
 import pytest
 import torch
@@ -254,13 +255,18 @@ def test_input_unlike_the_capture_runs_through_the_fused_driver():
         torch.testing.assert_close(f(base[start:start + 4]).cpu(), torch.arange(start, start + 4.0) * 2 + 1)
 
 
-def test_mark_dynamic_says_what_it_does_and_compiles_once_per_shape():
+def test_mark_dynamic_says_what_it_does_and_compiles_once_per_shape(monkeypatch):
+    monkeypatch.setattr(torchtpu.compile, "_warned_dynamic", False)  # the warning comes once per process
     model = copy.deepcopy(MLP).to("tpu")
     f = torch.compile(model, backend="tpu")
     x = torch.randn(4, 16, device="tpu")
     torch._dynamo.mark_dynamic(x, 0)
     with pytest.warns(UserWarning, match="one program for each distinct shape"):
         f(x)
+    other = torch.compile(copy.deepcopy(MLP).to("tpu"), backend="tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        other(x)  # another dynamic graph: no second warning
     for batch in (5, 4, 5):
         x = torch.randn(batch, 16)
         torch.testing.assert_close(f(x.to("tpu")).cpu(), copy.deepcopy(model).cpu()(x), **TOL)

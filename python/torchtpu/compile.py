@@ -49,6 +49,9 @@ def _decompositions() -> dict:
             if not (isinstance(op, torch._ops.OpOverload) and _has_tpu_kernel(op))}
 
 
+_warned_dynamic = False
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     """One AOT graph (forward, backward or inference) as a function run as one program per call."""
     missing = sorted({_op_name(n.target) for n in gm.graph.nodes
@@ -58,10 +61,13 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
         warnings.warn(f"torchtpu: torch.compile graph has ops with no tpu lowering: {', '.join(missing)}; "
                       "each runs on the CPU between the compiled programs around it (a graph break)", stacklevel=2)
     if _is_dynamic(example_inputs):
-        warnings.warn("torchtpu: torch.compile graph with dynamic dimensions (mark_dynamic, dynamic=True, or "
-                      "dynamo's automatic dynamic shapes after a recompile): XLA programs have static shapes, so it "
-                      "compiles one program for each distinct shape it meets and replays that one afterwards. "
-                      "Pad to a few sizes, or pass dynamic=False, to bound the compiles.", stacklevel=2)
+        global _warned_dynamic
+        if not _warned_dynamic:  # once per process: every dynamo recompile hands a new graph here
+            _warned_dynamic = True
+            warnings.warn("torchtpu: torch.compile graph with dynamic dimensions (mark_dynamic, dynamic=True, or "
+                          "dynamo's automatic dynamic shapes after a recompile): XLA programs have static shapes, so "
+                          "it compiles one program for each distinct shape it meets and replays that one afterwards. "
+                          "Pad to a few sizes, or pass dynamic=False, to bound the compiles.", stacklevel=2)
         return _ShapeSpecialized(gm)
     return _GraphRunner(gm)
 
