@@ -397,3 +397,14 @@ def test_wide_unsigned_tensors(dtype):
     assert torch.equal(t.to(torch.int64).cpu(), x.to(torch.int64))
     assert torch.equal(torch.zeros(3, dtype=dtype, device="tpu").cpu(), torch.zeros(3, dtype=dtype))
     assert t.max().cpu().item() == top and t.min().cpu().item() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_erf_reaches_one_so_gelu_vanishes(dtype):
+    # XLA's erf expansion stops a few ulps short of +-1; CPU's rounds to +-1 past |x| = 3.92, so GELU of a
+    # very negative input is 0 there, not -1e-6 * |x|.
+    x = torch.tensor([-1e4, -1000.0, -10.0, -4.0, 4.0, 10.0]).to(dtype)
+    assert torch.equal(torch.erf(x.to("tpu")).cpu(), torch.erf(x))
+    gelu = torch.nn.functional.gelu(x.to("tpu")).cpu()
+    assert torch.equal(gelu[:3], torch.zeros(3, dtype=dtype))  # -0.0 equals 0.0
+    assert_close(gelu, torch.nn.functional.gelu(x), rtol=1e-6, atol=1e-6)

@@ -252,3 +252,14 @@ def test_bad_arguments_raise():
         torch.empty(3, device="tpu").geometric_(1.5)
     with pytest.raises(RuntimeError, match="std"):
         torch.empty(3, device="tpu").normal_(0.0, -1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_uniform_stays_below_its_upper_bound(dtype):
+    # A float32 draw near 1 rounds up to 1 in 16 bits; CPU draws 16-bit uniforms with the type's own mantissa
+    # digits and CUDA turns a value equal to `to` into `from`. 2^20 samples saw hundreds of 1.0 before.
+    unit = torch.rand(2**20, dtype=dtype, device="tpu").cpu()
+    assert 0 <= unit.min() and unit.max() < 1
+    shifted = torch.empty(2**20, dtype=dtype, device="tpu").uniform_(2, 3).cpu()
+    assert 2 <= shifted.min() and shifted.max() < 3
+    assert abs(unit.float().mean().item() - 0.5) < 0.01

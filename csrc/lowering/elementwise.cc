@@ -330,7 +330,7 @@ std::vector<Value> lower_atanh(LoweringContext& ctx) { return chlo_unary(ctx, "a
 std::vector<Value> lower_cosh(LoweringContext& ctx) { return chlo_unary(ctx, "cosh"); }
 std::vector<Value> lower_sinh(LoweringContext& ctx) { return chlo_unary(ctx, "sinh"); }
 std::vector<Value> lower_tan(LoweringContext& ctx) { return chlo_unary(ctx, "tan"); }
-std::vector<Value> lower_erf(LoweringContext& ctx) { return chlo_unary(ctx, "erf"); }
+std::vector<Value> lower_erf(LoweringContext& ctx) { return {finish(ctx, erf(ctx.graph, operand(ctx, 0)))}; }
 std::vector<Value> lower_erfinv(LoweringContext& ctx) { return chlo_unary(ctx, "erf_inv"); }
 std::vector<Value> lower_lgamma(LoweringContext& ctx) { return chlo_unary(ctx, "lgamma"); }
 std::vector<Value> lower_expm1(LoweringContext& ctx) { return unary_op(ctx, "exponential_minus_one"); }

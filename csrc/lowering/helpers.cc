@@ -212,6 +212,17 @@ Value extreme(Graph& g, DType dtype, bool lowest, const std::vector<int64_t>& di
   return g.constant_int(value, dtype, dims);
 }
 
+Value erf(Graph& g, Value x) {
+  const Type t = g.type(x);
+  Value e = g.chlo("erf", {x}, t);
+  if (t.dtype == DType::kF64) return e;
+  // CHLO's expansion for 32 bits and narrower stops a few ulps short of +-1 (erf(4) gives 0.99999982), so
+  // 1 + erf(x) in GELU stays near 1e-7 for very negative x. Past 3.9192 (erfc below half an ulp of 1) the
+  // rounded value is +-1, as CPU's is.
+  Value saturated = g.compare(g.unary("abs", x), g.constant(3.9192, t.dtype, t.dims), ir::Comparison::kGE);
+  return g.select(saturated, g.unary("sign", x), e);
+}
+
 DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16 || is_float8(dtype)) ? DType::kF32 : dtype;
 }

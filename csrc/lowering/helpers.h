@@ -27,6 +27,8 @@ std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t ra
 int64_t wrap_dim(int64_t dim, int64_t rank);
 // begin, begin + 1, ..., end - 1.
 std::vector<int64_t> dim_range(int64_t begin, int64_t end);
+// erf(x), equal to +-1 where the true value rounds to +-1 in x's type.
+Value erf(Graph& g, Value x);
 // The lowest (for a max) or highest (for a min) value of the type, -inf / inf for floats: a max or min's identity.
 Value extreme(Graph& g, DType dtype, bool lowest, const std::vector<int64_t>& dims = {});
 // The type reductions accumulate in: float32 for 16-bit floats and float8, as PyTorch does.

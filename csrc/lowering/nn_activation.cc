@@ -112,12 +112,11 @@ Value gelu_tanh_inner(LoweringContext& ctx, Value x) {
   return g.unary("tanh", g.binary("multiply", scalar_like(ctx, kTanhBeta), inner));
 }
 
-// Phi(x) = 0.5 * (1 + erf(x / sqrt(2))); erf is a CHLO op the plugin expands.
+// Phi(x) = 0.5 * (1 + erf(x / sqrt(2))).
 Value normal_cdf(LoweringContext& ctx, Value x) {
   Graph& g = ctx.graph;
-  const Type t = g.type(x);
-  Value erf = g.chlo("erf", {g.binary("multiply", x, scalar_like(ctx, kSqrt1_2))}, t);
-  return g.binary("multiply", scalar_like(ctx, 0.5), g.binary("add", scalar_like(ctx, 1), erf));
+  Value e = erf(g, g.binary("multiply", x, scalar_like(ctx, kSqrt1_2)));
+  return g.binary("multiply", scalar_like(ctx, 0.5), g.binary("add", scalar_like(ctx, 1), e));
 }
 
 // gelu(self, *, approximate): x * Phi(x), or 0.5 x (1 + tanh(...)).

@@ -17,7 +17,6 @@ const Type& out(const LoweringContext& ctx, size_t i = 0) { return ctx.outputs.a
 
 DType sample_dtype(DType out_dtype) { return out_dtype == DType::kF64 ? DType::kF64 : DType::kF32; }
 
-// uniform_(self, from, to, generator)
 // The complex values of [..., 2] (real, imaginary) pairs of one real dtype, as [...].
 Value complex_from_pairs(Graph& g, Value pairs) {
   const Type& t = g.type(pairs);
@@ -31,7 +30,22 @@ Value complex_from_pairs(Graph& g, Value pairs) {
   return g.complex(re, im);
 }
 
-// A complex tensor's real and imaginary parts are each drawn from [from, to), as CPU fills its real view.
+// Mantissa digits of a float type: random_ on floats draws integers every value of which is exact.
+int64_t float_digits(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return 11;
+    case DType::kBF16: return 8;
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ: return 4;
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ: return 3;
+    case DType::kF64: return 53;
+    default: return 24;
+  }
+}
+
+// uniform_(self, from, to, generator). A complex tensor's real and imaginary parts are each drawn from
+// [from, to), as CPU fills its real view.
 std::vector<Value> lower_uniform(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
@@ -40,14 +54,28 @@ std::vector<Value> lower_uniform(LoweringContext& ctx) {
   std::vector<int64_t> dims = t.dims;
   if (complex) dims.push_back(2);
   Value u = unit_uniform(g, ctx.rng_state, dims, dtype);
+  const DType stored = complex ? complex_part(t.dtype) : t.dtype;
+  if (stored == DType::kF16 || stored == DType::kBF16) {
+    // As CPU: a 16-bit uniform has only its type's mantissa digits of randomness, k / 2^digits, so rounding
+    // to the type never gives 1 (a float32 draw near 1 would round up to it).
+    const double steps = std::ldexp(1.0, static_cast<int>(float_digits(stored)));
+    u = g.binary("multiply", g.unary("floor", g.binary("multiply", u, g.constant(steps, dtype, dims))),
+                 g.constant(1.0 / steps, dtype, dims));
+  }
   const double from = ctx.real(1);
   const double to = ctx.real(2);
   // Both are read here, so every pair of values is its own program and the check runs for each.
   if (!(from <= to)) throw std::invalid_argument("uniform_ expects to return a [from, to) range");
   Value scaled = g.binary("add", g.binary("multiply", u, g.constant(to - from, dtype, dims)),
                           g.constant(from, dtype, dims));
-  if (!complex) return {g.convert(scaled, t.dtype)};
-  return {complex_from_pairs(g, g.convert(scaled, complex_part(t.dtype)))};
+  // Rounding to the stored type can still reach `to` (2 + 255/256 is 3 in bfloat16); that value becomes
+  // `from`, as CUDA's kernel does, so the range stays [from, to).
+  Value rounded = g.convert(scaled, stored);
+  const std::vector<int64_t>& rounded_dims = g.type(rounded).dims;
+  rounded = g.select(g.compare(rounded, g.constant(to, stored, rounded_dims), ir::Comparison::kEQ),
+                     g.constant(from, stored, rounded_dims), rounded);
+  if (!complex) return {rounded};
+  return {complex_from_pairs(g, rounded)};
 }
 
 // Standard normal samples of `dtype` (float32 or float64): Box-Muller over two uniform draws per sample.
@@ -226,19 +254,6 @@ Value random_integers(Graph& g, Value state, const Type& t, int64_t low, uint64_
   return g.convert(shifted, t.dtype);
 }
 
-// Mantissa digits of a float type: random_ on floats draws integers every value of which is exact.
-int64_t float_digits(DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return 11;
-    case DType::kBF16: return 8;
-    case DType::kF8E4M3FN:
-    case DType::kF8E4M3FNUZ: return 4;
-    case DType::kF8E5M2:
-    case DType::kF8E5M2FNUZ: return 3;
-    case DType::kF64: return 53;
-    default: return 24;
-  }
-}
 
 // Largest value random_ may produce for `dtype` when no upper bound is given.
 uint64_t default_upper(DType dtype) {

@@ -121,7 +121,7 @@ std::vector<Value> lower_digamma(LoweringContext& ctx) { return {finish(ctx, pol
 // ---- Error-function relatives ---------------------------------------------------------------------------
 
 Value erfc(const Math& m, Value x) { return m.g.chlo("erfc", {x}, m.g.type(x)); }
-Value erf(const Math& m, Value x) { return m.g.chlo("erf", {x}, m.g.type(x)); }
+Value erf(const Math& m, Value x) { return lowering::erf(m.g, x); }
 
 // exp(x^2) without the rounding of x^2: x = high + low with `high` keeping half the mantissa, so high^2 is
 // exact and x^2 = high^2 + low (x + high) splits into an exact part and a small one.
