@@ -408,3 +408,11 @@ def test_erf_reaches_one_so_gelu_vanishes(dtype):
     gelu = torch.nn.functional.gelu(x.to("tpu")).cpu()
     assert torch.equal(gelu[:3], torch.zeros(3, dtype=dtype))  # -0.0 equals 0.0
     assert_close(gelu, torch.nn.functional.gelu(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_hypot_neither_overflows_nor_underflows(dtype):
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([3e20, 3e-25, 3.0, 0.0, inf, nan, inf, -4.0, 1e38, -0.0]).to(dtype)
+    b = torch.tensor([4e20, 4e-25, 4.0, 0.0, nan, 2.0, 1.0, 3.0, 1e38, 0.0]).to(dtype)
+    assert_close(torch.hypot(a.to("tpu"), b.to("tpu")).cpu(), torch.hypot(a, b), equal_nan=True, rtol=1e-6, atol=0)
