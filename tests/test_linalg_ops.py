@@ -344,3 +344,20 @@ def test_eig_of_defective_and_zero_matrices_and_its_gradient():
         (w.real.pow(2).sum() + w.imag.abs().sum() + v.abs().sum()).backward()
         grads.append(x.grad.cpu())
     assert_close(grads[1], grads[0], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, left", [
+    ((3, 3), (4, 3, 2), True), ((1, 3, 3), (2, 3, 2), True), ((2, 1, 3, 3), (4, 3, 2), True),
+    ((2, 3, 3), (3, 2), True), ((3, 3), (4, 2, 3), False)])
+def test_solve_broadcasts_batches_of_either_side(a_shape, b_shape, left):
+    # B with more batch dims than A failed to compile (the factors of A were not spread over B's batch).
+    a = (torch.randn(*a_shape) + 3 * torch.eye(3)).requires_grad_()
+    b = torch.randn(*b_shape).requires_grad_()
+    expected = torch.linalg.solve(a, b, left=left)
+    expected.sum().backward()
+    a_tpu, b_tpu = a.detach().to("tpu").requires_grad_(), b.detach().to("tpu").requires_grad_()
+    actual = torch.linalg.solve(a_tpu, b_tpu, left=left)
+    actual.sum().backward()
+    assert_close(actual.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+    assert_close(a_tpu.grad.cpu(), a.grad, rtol=1e-5, atol=1e-5)
+    assert_close(b_tpu.grad.cpu(), b.grad, rtol=1e-5, atol=1e-5)

@@ -458,7 +458,15 @@ std::vector<Value> lower_linalg_solve_ex(LoweringContext& ctx) {
   Value b = broadcast_to(g, g.reshape(ctx.tensor(1), vector ? append(g.type(ctx.tensor(1)).dims, {1})
                                                             : g.type(ctx.tensor(1)).dims),
                          b_dims);
-  Value x = lu_solve(g, lu.lu, lu.permutation, b, left, false);
+  // B may have more batch dims than A (A [n, n], B [k, n, m]): the factors are A's, each applied to the batch.
+  const std::vector<int64_t> batch(b_dims.begin(), b_dims.end() - 2);
+  auto over_batch = [&](Value v, size_t trailing) {
+    const std::vector<int64_t>& dims = g.type(v).dims;
+    std::vector<int64_t> target = batch;
+    target.insert(target.end(), dims.end() - static_cast<std::ptrdiff_t>(trailing), dims.end());
+    return broadcast_to(g, v, target);
+  };
+  Value x = lu_solve(g, over_batch(lu.lu, 2), over_batch(lu.permutation, 1), b, left, false);
   return {g.reshape(x, result.dims), lu.lu, lu.pivots, lu.info};
 }
 
