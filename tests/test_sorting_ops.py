@@ -164,9 +164,15 @@ def test_histc(dtype):
     check(lambda t: torch.histc(t, 3), torch.tensor([1.0, 1.0]).to(dtype))  # empty range widened by 1
 
 
-def test_histc_integer_input_raises_like_cpu():
-    with pytest.raises(RuntimeError, match="not implemented for"):
-        torch.histc(torch.tensor([1, 2]).to("tpu"), 3)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_histc_of_integers_counts_as_cuda(dtype):
+    # CPU refuses integer histc; CUDA counts in integer arithmetic into the input's dtype, and transformers'
+    # MoE routing relies on that on every accelerator.
+    x = torch.tensor([0, 1, 3, 3, 2, 7, 7, 5]).to(dtype)
+    for args in [(4,), (4, 0, 7), (3, 1, 6), (5, 2, 2)]:
+        counts = torch.histc(x.to("tpu"), *args).cpu()
+        assert counts.dtype == dtype
+        assert torch.equal(counts, torch.histc(x.float(), *args).to(dtype))
 
 
 def test_histc_bad_bins_raises_like_cpu():

@@ -226,15 +226,8 @@ Value avg_divisor(LoweringContext& ctx, const Pool& p, const std::vector<int64_t
 // avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override?)
 // CPU's average and adaptive pooling kernels take floating inputs (avg_pool int64 too); the meta kernels take
 // any, so the rules refuse the rest and the glue raises CPU's error.
-void require_pooled_dtype(const LoweringContext& ctx, bool int64_too) {
-  const DType dtype = ctx.type_of(0).dtype;
-  if (!is_floating(dtype) && !(int64_too && dtype == DType::kI64)) {
-    throw std::invalid_argument("this pooling takes floating point inputs");
-  }
-}
-
 std::vector<Value> avg_pool(LoweringContext& ctx, size_t spatial) {
-  require_pooled_dtype(ctx, /*int64_too=*/true);
+  if (ctx.type_of(0).dtype != DType::kI64) require_floating(ctx, 0, "avg_pool");
   Graph& g = ctx.graph;
   const Type in = ctx.type_of(0);
   const Type& result = ctx.outputs.at(0);
@@ -349,7 +342,7 @@ Value adaptive_average(Graph& g, Value x, const std::vector<int64_t>& in, const 
 
 // _adaptive_avg_pool{2,3}d(self, output_size): a weighted sum over the spatial dims, exact for any sizes.
 std::vector<Value> adaptive_avg_pool(LoweringContext& ctx, size_t spatial) {
-  require_pooled_dtype(ctx, /*int64_too=*/false);
+  require_floating(ctx, 0, "adaptive_avg_pool");
   Graph& g = ctx.graph;
   const Type result = ctx.outputs.at(0);
   const DType accumulate = accumulation_dtype(result.dtype);
@@ -379,7 +372,7 @@ std::vector<Value> lower_adaptive_avg_pool3d_backward(LoweringContext& ctx) { re
 // a dim reads position min(start + k, end - 1) of each bin: short bins repeat their last element, which
 // changes neither the first maximum nor the last NaN.
 std::vector<Value> adaptive_max_pool(LoweringContext& ctx, size_t spatial) {
-  require_pooled_dtype(ctx, /*int64_too=*/false);
+  require_floating(ctx, 0, "adaptive_max_pool");
   Graph& g = ctx.graph;
   const Type in = ctx.type_of(0);
   const Type& result = ctx.outputs.at(0);

@@ -366,20 +366,21 @@ std::vector<Value> lower_isin(LoweringContext& ctx) {
 // histc(self, bins, min, max): counts of the elements in [min, max] over `bins` equal bins, max itself in
 // the last bin; other elements and NaN are not counted. min == max takes the data's range instead,
 // widened by 1 on both sides if that is empty too. The bin is (x - min) * bins / (max - min) truncated,
-// computed in the input's type as CPU's histc does (no search among the bin edges).
+// computed in the input's type as CPU's histc does (no search among the bin edges). Integer inputs count in
+// integer arithmetic into an integer result, as CUDA's histc does (CPU refuses them; transformers' MoE
+// routing calls histc on int32 expert ids on every device but the CPU).
 std::vector<Value> lower_histc(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  require_floating(ctx, 0, "histc");
   const Type t = ctx.type_of(0);
+  if (t.dtype == DType::kBool) require_floating(ctx, 0, "histc");
   const int64_t bins = ctx.integer(1);
   const int64_t n = t.numel();
   Value x = g.reshape(ctx.tensor(0), {n});
   const std::vector<int64_t> flat{n};
   Value low, high;
   if (ctx.real(2) == ctx.real(3) && n > 0) {
-    const double inf = std::numeric_limits<double>::infinity();
-    low = g.reduce(x, g.constant(inf, t.dtype), {0}, ir::Reducer::kMin);
-    high = g.reduce(x, g.constant(-inf, t.dtype), {0}, ir::Reducer::kMax);
+    low = g.reduce(x, extreme(g, t.dtype, false), {0}, ir::Reducer::kMin);
+    high = g.reduce(x, extreme(g, t.dtype, true), {0}, ir::Reducer::kMax);
   } else {
     low = ctx.scalar(2, t.dtype, {});
     high = ctx.scalar(3, t.dtype, {});

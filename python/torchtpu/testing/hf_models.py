@@ -58,6 +58,10 @@ def _architectures() -> dict[str, TinyArchitecture]:
     def mistral():
         return hf.MistralConfig(**_decoder_common(), sliding_window=8)  # shorter than SEQ: the window masks
 
+    def mixtral():  # mixture of experts: top-2 routing over 4 experts, the router's auxiliary loss included
+        return hf.MixtralConfig(**_decoder_common(), num_local_experts=4, num_experts_per_tok=2,
+                                output_router_logits=True)
+
     def gpt2():
         return hf.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, bos_token_id=1,
                              eos_token_id=2, pad_token_id=0)
@@ -105,6 +109,7 @@ def _architectures() -> dict[str, TinyArchitecture]:
         TinyArchitecture("llama", "causal LM", _seeded(llama, hf.LlamaForCausalLM), _causal_inputs, True),
         TinyArchitecture("qwen2", "causal LM", _seeded(qwen2, hf.Qwen2ForCausalLM), _causal_inputs, True),
         TinyArchitecture("mistral", "causal LM", _seeded(mistral, hf.MistralForCausalLM), _causal_inputs, True),
+        TinyArchitecture("mixtral", "causal LM (MoE)", _seeded(mixtral, hf.MixtralForCausalLM), _causal_inputs, True),
         TinyArchitecture("gpt2", "causal LM", _seeded(gpt2, hf.GPT2LMHeadModel), _causal_inputs, True),
         TinyArchitecture("bert", "masked LM", _seeded(bert, hf.BertForMaskedLM), masked_inputs, False),
         TinyArchitecture("t5", "seq2seq", _seeded(t5, hf.T5ForConditionalGeneration), seq2seq_inputs, True),
