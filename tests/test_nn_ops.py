@@ -5,8 +5,11 @@ Tolerances: float32 rtol=1e-5/atol=1e-5 (convolutions: atol=1e-4, they sum up to
 in a different order); bfloat16 rtol=atol=2e-2 (both sides round to bf16, but tpu accumulates in float32
 where CPU's kernels sometimes round intermediate results). Integer results (pooling indices) are exact.
 """
+import copy
+
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.testing import assert_close
 
@@ -617,3 +620,24 @@ def test_ctc_loss_in_fused_debug_and_compiled_modes():
     assert_close(compiled(log_probs.to("tpu"), targets.to("tpu")).cpu(),
                  F.ctc_loss(log_probs, targets, *lengths, zero_infinity=True), **F32)
     assert not fallback_ops()
+
+
+@pytest.mark.parametrize("module, dim, shape", [
+    (lambda: nn.Conv1d(8, 8, 5, groups=2), 0, (2, 8, 16)), (lambda: nn.Conv1d(8, 8, 5, groups=2), 2, (2, 8, 16)),
+    (lambda: nn.Linear(6, 4), 0, (3, 6)), (lambda: nn.Linear(6, 4), 1, (3, 6))])
+def test_weight_norm_is_lowered(module, dim, shape, metrics):
+    # nn.utils.parametrizations.weight_norm (Wav2Vec2's and HuBERT's positional convolution) calls the fused
+    # _weight_norm_interface and its backward.
+    from torch.nn.utils.parametrizations import weight_norm
+
+    torch.manual_seed(0)
+    cpu = weight_norm(module(), dim=dim)
+    tpu = copy.deepcopy(cpu).to("tpu")
+    x = torch.randn(*shape)
+    cpu(x).square().sum().backward()
+    out = tpu(x.to("tpu"))
+    out.square().sum().backward()
+    assert_close(out.detach().cpu(), cpu(x).detach(), rtol=1e-5, atol=1e-6)
+    for p_cpu, p_tpu in zip(cpu.parameters(), tpu.parameters()):
+        assert_close(p_tpu.grad.cpu(), p_cpu.grad, rtol=1e-5, atol=1e-5)
+    assert fallback_ops() == {}

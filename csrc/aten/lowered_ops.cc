@@ -109,6 +109,8 @@
 #include <ATen/ops/_upsample_nearest_exact2d_ops.h>
 #include <ATen/ops/_upsample_nearest_exact3d_backward_ops.h>
 #include <ATen/ops/_upsample_nearest_exact3d_ops.h>
+#include <ATen/ops/_weight_norm_interface_backward_ops.h>
+#include <ATen/ops/_weight_norm_interface_ops.h>
 #include <ATen/ops/abs_ops.h>
 #include <ATen/ops/acos_ops.h>
 #include <ATen/ops/acosh_ops.h>
@@ -818,6 +820,10 @@ const std::vector<LoweredOp>& lowered_ops() {
       {"_upsample_nearest_exact3d_backward", &unboxed::register_entry<at::_ops::_upsample_nearest_exact3d_backward>},
       {"_upsample_nearest_exact3d_backward.grad_input",
        &unboxed::register_entry<at::_ops::_upsample_nearest_exact3d_backward_grad_input>},
+      {"_weight_norm_interface", &unboxed::register_entry<at::_ops::_weight_norm_interface>},
+      {"_weight_norm_interface.out", &unboxed::register_entry<at::_ops::_weight_norm_interface_out>},
+      {"_weight_norm_interface_backward", &unboxed::register_entry<at::_ops::_weight_norm_interface_backward>},
+      {"_weight_norm_interface_backward.out", &unboxed::register_entry<at::_ops::_weight_norm_interface_backward_out>},
       {"abs", &unboxed::register_entry<at::_ops::abs>},
       {"abs.out", &unboxed::register_entry<at::_ops::abs_out>},
       {"abs_", &unboxed::register_entry<at::_ops::abs_>},

@@ -1,4 +1,4 @@
-// Normalization layers: layer norm, group norm and batch norm, forward and backward.
+// Normalization layers: layer norm, group norm, batch norm and weight norm, forward and backward.
 //
 // Statistics accumulate in float32 for 16-bit inputs (PyTorch's opmath); the variance is the biased one
 // and rstd = 1 / sqrt(var + eps), as in PyTorch's kernels, so the saved mean/rstd match CPU's.
@@ -306,9 +306,66 @@ std::vector<Value> lower_batch_norm_backward(LoweringContext& ctx) {
   return results;
 }
 
+// ---- weight norm ----
+//
+// The fused interface nn.utils.weight_norm (and its parametrization) calls when `dim` is the first or last:
+// w = g * v / ||v||, the norm over every dim but `dim`, in float32 for 16-bit v as CPU computes it.
+
+struct WeightNorm {
+  std::vector<int64_t> others;  // the dims the norm runs over
+  std::vector<int64_t> kept;    // where `dim` sits among v's dims, for broadcasting a per-slice value
+};
+
+WeightNorm weight_norm_dims(const LoweringContext& ctx, size_t dim_arg, int64_t rank) {
+  const int64_t dim = wrap_dim(ctx.integer(dim_arg), rank);
+  WeightNorm shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != dim) shape.others.push_back(d);
+  }
+  shape.kept = kept_dims(rank, shape.others);
+  return shape;
+}
+
+// _weight_norm_interface(v, g, dim) -> (w, norms); norms has g's shape.
+std::vector<Value> lower_weight_norm(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx, 0).dtype);
+  Value v = g.convert(ctx.tensor(0), accumulate);
+  const Type t = g.type(v);
+  const WeightNorm shape = weight_norm_dims(ctx, 2, t.rank());
+  Value norm = g.unary("sqrt", sum_over(g, g.binary("multiply", v, v), shape.others));
+  Value gain = broadcast_to(g, g.convert(ctx.tensor(1), accumulate), t.dims);
+  Value w = g.binary("multiply", v, g.binary("divide", gain, g.broadcast_in_dim(norm, t.dims, shape.kept)));
+  return {g.convert(w, out(ctx, 0).dtype), g.convert(g.reshape(norm, out(ctx, 1).dims), out(ctx, 1).dtype)};
+}
+
+// _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim) -> (grad_v, grad_g):
+// grad_g = <grad_w, v> / ||v|| per slice, grad_v = g / ||v|| * (grad_w - v * <grad_w, v> / ||v||^2).
+std::vector<Value> lower_weight_norm_backward(LoweringContext& ctx) {
+  Graph& g = ctx.graph;
+  const DType accumulate = accumulation_dtype(out(ctx, 0).dtype);
+  Value grad = g.convert(ctx.tensor(0), accumulate);
+  Value v = g.convert(ctx.tensor(1), accumulate);
+  const Type t = g.type(v);
+  const WeightNorm shape = weight_norm_dims(ctx, 4, t.rank());
+  Value gain = broadcast_to(g, g.convert(ctx.tensor(2), accumulate), t.dims);
+  Value norm = broadcast_to(g, g.convert(ctx.tensor(3), accumulate), t.dims);
+  Value dot = g.broadcast_in_dim(sum_over(g, g.binary("multiply", grad, v), shape.others), t.dims, shape.kept);
+  Value grad_gain = g.binary("divide", dot, norm);
+  Value projected = g.binary("multiply", v, g.binary("divide", grad_gain, norm));
+  Value grad_v = g.binary("multiply", g.binary("divide", gain, norm), g.binary("subtract", grad, projected));
+  // One value per slice: read it at the slice's first position of the other dims.
+  std::vector<int64_t> limit = t.dims;
+  for (int64_t d : shape.others) limit[static_cast<size_t>(d)] = 1;
+  Value grad_g = g.slice(grad_gain, std::vector<int64_t>(t.dims.size(), 0), limit, std::vector<int64_t>(t.dims.size(), 1));
+  return {g.convert(grad_v, out(ctx, 0).dtype), g.convert(g.reshape(grad_g, out(ctx, 1).dims), out(ctx, 1).dtype)};
+}
+
 }  // namespace
 
 void add_nn_norm_rules(std::vector<Rule>& table) {
+  table.push_back({"aten::_weight_norm_interface", &lower_weight_norm});
+  table.push_back({"aten::_weight_norm_interface_backward", &lower_weight_norm_backward});
   table.push_back({"aten::_batch_norm_with_update", &lower_batch_norm_with_update});
   table.push_back({"aten::_native_batch_norm_legit", &lower_batch_norm_legit});
   table.push_back({"aten::_native_batch_norm_legit.no_stats", &lower_batch_norm_legit_no_stats});
