@@ -178,3 +178,13 @@ def test_histc_of_integers_counts_as_cuda(dtype):
 def test_histc_bad_bins_raises_like_cpu():
     with pytest.raises(RuntimeError):
         torch.histc(torch.ones(3, device="tpu"), -1)
+
+
+def test_mode_of_a_slice_of_nans_is_nan_at_index_0():
+    # No value of such a slice is counted; it gave -0.0 at index -1 (no element).
+    nan = float("nan")
+    x = torch.tensor([[nan, nan, nan], [1.0, 2.0, 2.0]])
+    values, indices = x.to("tpu").mode(1)
+    expected_values, expected_indices = x.mode(1)
+    assert_close(values.cpu(), expected_values, equal_nan=True)
+    assert torch.equal(indices.cpu(), expected_indices)

@@ -259,8 +259,8 @@ std::vector<Value> lower_mode(LoweringContext& ctx) {
     if (d != in.dim) kept.push_back(d);
   }
   Value is_best = g.compare(counts, g.broadcast_in_dim(best, t.dims, kept), ir::Comparison::kEQ);
-  // Among the most frequent, the smallest value. NaN equals nothing, so it is never counted; a slice of
-  // NaNs only has no mode on CPU either (its sort comparator is not an order there).
+  // Among the most frequent, the smallest value. NaN equals nothing, so it is never counted (CPU sorts the
+  // slice with a comparator NaN breaks, so where NaN lands, and whether it wins, is its sort's accident).
   // The min's identity: +inf, or for integers a value no element exceeds (max of the input and 0).
   Value ceiling = is_floating(t.dtype)
                       ? g.constant(std::numeric_limits<double>::infinity(), t.dtype)
@@ -270,6 +270,8 @@ std::vector<Value> lower_mode(LoweringContext& ctx) {
   Value holds = g.binary("and", is_best, g.compare(in.x, g.broadcast_in_dim(value, t.dims, kept), ir::Comparison::kEQ));
   Value last = g.reduce(g.select(holds, positions, g.constant_int(-1, DType::kI64, t.dims)), g.constant_int(-1, DType::kI64), {in.dim},
                         ir::Reducer::kMax);
+  // A slice of NaNs only has no counted value: its mode is its first element, NaN at index 0, as CPU returns.
+  last = g.binary("maximum", last, g.constant_int(0, DType::kI64, g.type(last).dims));
   // The value is read at that position, so of -0.0 and 0.0 the one stored there is returned, as on CPU.
   value = select_one(g, g.compare(positions, g.broadcast_in_dim(last, t.dims, kept), ir::Comparison::kEQ), in.x, in.dim);
   return {g.reshape(value, out(ctx, 0).dims), g.reshape(last, out(ctx, 1).dims)};
