@@ -263,3 +263,18 @@ def test_uniform_stays_below_its_upper_bound(dtype):
     shifted = torch.empty(2**20, dtype=dtype, device="tpu").uniform_(2, 3).cpu()
     assert 2 <= shifted.min() and shifted.max() < 3
     assert abs(unit.float().mean().item() - 0.5) < 0.01
+
+
+@pytest.mark.parametrize("sample", [
+    lambda t, g: t.exponential_(generator=g), lambda t, g: t.geometric_(0.3, generator=g),
+    lambda t, g: t.log_normal_(generator=g), lambda t, g: t.cauchy_(generator=g)],
+    ids=["exponential_", "geometric_", "log_normal_", "cauchy_"])
+def test_samplers_take_an_explicit_tpu_generator(sample, metrics):
+    # Their meta kernels refuse a tpu generator, which sent them to the CPU fallback, where it failed.
+    draws = []
+    for _ in range(2):
+        generator = torch.Generator(device="tpu")
+        generator.manual_seed(5)
+        draws.append(sample(torch.empty(1000, device="tpu"), generator).cpu())
+    assert torch.equal(draws[0], draws[1])
+    assert fallback_ops() == {}

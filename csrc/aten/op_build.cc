@@ -101,6 +101,8 @@ c10::IValue to_meta(const c10::IValue& v) {
   }
   // A factory's device argument: the meta kernel must build meta tensors, not dispatch back to tpu.
   if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
+  // Shapes never depend on the generator, and some meta kernels (exponential_, cauchy_, ...) refuse a tpu one.
+  if (v.isGenerator()) return c10::IValue();
   return v;
 }
 
