@@ -229,9 +229,9 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
   const bool float8 = any_tensor_argument(stack, first, [](const at::Tensor& t) {
     return t.defined() && at::isFloat8Type(t.scalar_type());
   });
-  if (float8) check_arguments_on_cpu(op, stack, first);
-  if (!refused) return;
+  if (!refused && !float8) return;
   check_arguments_on_cpu(op, stack, first);
+  if (!refused) return;
   TORCH_CHECK(false, info.name, ": the dtypes of its arguments do not match as CPU's kernel requires");
 }
 
