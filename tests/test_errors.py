@@ -369,7 +369,42 @@ def test_an_empty_output_dim_raises_as_on_cpu(survivor, make):
 @pytest.mark.parametrize("make", [
     lambda d: torch.zeros(3, device=d).uniform_(2, 1),
     lambda d: torch.multinomial(torch.ones(3, device=d), 5),
-], ids=["uniform_from_above_to", "multinomial_more_than_categories"])
+    lambda d: torch.multinomial(torch.ones(3, device=d), 0),
+    lambda d: torch.randint(0, 300, (3,), dtype=torch.uint8, device=d),
+    lambda d: torch.randint(-200, 5, (3,), dtype=torch.int8, device=d),
+    lambda d: torch.randint(0, 3, (3,), dtype=torch.bool, device=d),
+    lambda d: torch.zeros(3, dtype=torch.int16, device=d).random_(40000),
+    lambda d: torch.zeros(3, dtype=torch.float16, device=d).random_(0, 70000),
+], ids=["uniform_from_above_to", "multinomial_more_than_categories", "multinomial_no_samples", "randint_uint8_to",
+        "randint_int8_from", "randint_bool_to", "random_to_int16", "random_float16_to"])
 def test_random_arguments_cpu_refuses_raise_as_on_cpu(survivor, make):
     assert isinstance(assert_same_error_as_cpu(make), RuntimeError)
     assert_usable(survivor)
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.fmod(torch.tensor([True, False], device=d), True),
+    lambda d: torch.remainder(torch.tensor([True, False], device=d), True),
+    lambda d: torch.clamp(torch.tensor([True, False], device=d), max=True),
+    lambda d: True ** torch.tensor([True, False], device=d),
+], ids=["fmod", "remainder", "clamp", "number_to_bool_power"])
+def test_bool_tensors_cpu_refuses_raise_as_on_cpu(survivor, make):
+    """The meta kernels take bool tensors in more ops than CPU's kernels do."""
+    assert isinstance(assert_same_error_as_cpu(make), RuntimeError)
+    assert_usable(survivor)
+
+
+def test_checking_a_bool_op_on_cpu_leaves_cpus_random_stream_alone():
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    torch.randint(0, 2, (7, 3, 5), dtype=torch.bool, device="tpu")  # a new program: its check runs CPU's randint
+    assert torch.equal(torch.rand(4), expected)
+
+
+@pytest.mark.parametrize("exponent", [True, False])
+def test_a_bool_tensor_to_a_bool_power_stays_bool(exponent):
+    x = torch.tensor([True, False])
+    result = x.to("tpu") ** exponent
+    assert result.dtype == torch.bool
+    assert torch.equal(result.cpu(), x ** exponent)

@@ -278,3 +278,19 @@ def test_samplers_take_an_explicit_tpu_generator(sample, metrics):
         draws.append(sample(torch.empty(1000, device="tpu"), generator).cpu())
     assert torch.equal(draws[0], draws[1])
     assert fallback_ops() == {}
+
+
+@pytest.mark.filterwarnings("ignore:The operator")
+def test_a_tpu_generator_drives_ops_that_run_on_the_cpu():
+    """poisson and binomial take the CPU fallback; a tpu generator seeds them, reproducibly."""
+    g = torch.Generator(device="tpu")
+    rates = torch.full((N,), 4.0, device="tpu")
+    g.manual_seed(3)
+    first = torch.poisson(rates, generator=g).cpu()
+    second = torch.poisson(rates, generator=g).cpu()
+    g.manual_seed(3)
+    assert torch.equal(torch.poisson(rates, generator=g).cpu(), first)
+    assert not torch.equal(first, second)
+    assert abs(first.mean().item() - 4.0) < 0.05 and abs(first.var().item() - 4.0) < 0.1
+    counts = torch.binomial(torch.full((4,), 10.0, device="tpu"), torch.full((4,), 0.5, device="tpu"), generator=g)
+    assert counts.device.type == "tpu" and ((counts >= 0) & (counts <= 10)).all().item()

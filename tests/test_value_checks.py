@@ -92,6 +92,10 @@ CASES.update({
     "ctc_loss_input_length": lambda d: _ctc_loss(d, [[1, 2], [2, 1]], ([4, 2], [2, 1]), ([4, -1], [2, 1])),
     "ctc_loss_target_length": lambda d: _ctc_loss(d, [[1, 2], [2, 1]], ([4, 2], [2, 1]), ([4, 2], [2, -3])),
     "ctc_loss_targets_size": lambda d: _ctc_loss(d, [1, 2, 2], ([4, 2], [2, 1]), ([4, 2], [2, 2])),
+    # min == max takes the data's range, which must be finite
+    "histc_inf": lambda d: torch.histc(torch.tensor([1.0, float("inf"), 2.0], device=d), 4),
+    "histc_minus_inf": lambda d: torch.histc(torch.tensor([float("-inf"), 0.5], device=d, dtype=torch.float64), 3),
+    "histc_nan": lambda d: torch.histc(torch.tensor([1.0, float("nan")], device=d), 4, min=2, max=2),
 })
 
 
@@ -241,6 +245,9 @@ VALID = {
     "bernoulli_tensor": lambda d: torch.zeros(2, 2, device=d).bernoulli_(torch.tensor([1.0, 0.0], device=d)),
     "one_hot": lambda d: F.one_hot(_long([[0, 2], [1, 1]], d), 4),
     "one_hot_inferred_classes": lambda d: F.one_hot(_long([0, 2, 1], d)),
+    "histc_explicit_range_ignores_inf_and_nan": lambda d: torch.histc(
+        torch.tensor([1.0, float("inf"), float("nan"), 2.0, -float("inf")], device=d), 4, 0, 3),
+    "histc_data_range": lambda d: torch.histc(torch.tensor([1.0, 2.5, 3.0, 3.0], device=d), 5),
 }
 
 

@@ -1,5 +1,6 @@
 #include "aten/copy.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -58,6 +59,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/
     return self;
   }
   if (is_tpu(self)) {
+    at::assert_no_internal_overlap(self);  // as CPU's copy_: an expanded destination is refused
     // CPU -> tpu: convert and broadcast on the host, then either replace the storage's buffer or upload
     // into a temporary and write through the view on device.
     c10::DeviceGuard guard(self.device());

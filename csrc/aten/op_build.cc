@@ -1,5 +1,6 @@
 #include "aten/op_build.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -31,14 +32,6 @@ namespace {
 
 using lowering::Arg;
 using lowering::ViewGeometry;
-
-// The same kind of list as `like`, holding `elements`.
-c10::IValue make_list(const c10::IValue& like, const std::vector<at::Tensor>& elements) {
-  if (like.isTensorList()) return c10::List<at::Tensor>(elements);
-  c10::List<std::optional<at::Tensor>> list;
-  for (const at::Tensor& t : elements) list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
-  return list;
-}
 
 ViewGeometry geometry(const at::Tensor& t) {
   return ViewGeometry{to_dtype(t.scalar_type()), t.sizes().vec(), t.strides().vec(), t.storage_offset()};
@@ -136,6 +129,12 @@ void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Sta
   if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return;
   std::vector<c10::IValue> args = cpu_stand_ins(stack, first);
   torch::jit::Stack cpu_stack(args.begin(), args.end());
+  // A random op draws from CPU's default generator: a check must leave the user's CPU stream as it was.
+  struct KeepGeneratorState {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    at::Tensor state = generator.get_state();
+    ~KeepGeneratorState() { generator.set_state(state); }
+  } keep;
   op.callBoxed(&cpu_stack);  // throws CPU's error, which is what we want the user to see
 }
 
@@ -144,7 +143,11 @@ void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Sta
 // statistics in the input's dtype (the meta kernel says float32); an unbatched multilabel_margin_loss with
 // reduction='none' is 0-d on CPU ([1] says the meta kernel); geqrf, histogramdd's ops and lstsq have no
 // meta kernel. Their outputs are shaped by running CPU on stand-ins instead, so tpu returns what CPU does.
-bool shaped_on_cpu(const std::string& name) {
+// So is a bool tensor to a bool power, which stays bool on CPU (the meta kernel says int64).
+bool shaped_on_cpu(const std::string& name, const torch::jit::Stack& stack, size_t first) {
+  if (name == "aten::pow.Tensor_Scalar") {
+    return stack[first].toTensor().scalar_type() == at::kBool && stack[first + 1].isBool();
+  }
   static const std::unordered_set<std::string> ops = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
@@ -225,11 +228,12 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
     refused = self && source && *self != *source;
   }
   // CPU's kernels take float8 tensors in a few ops only (copies, cat, comparisons, indexing, mm,
-  // _scaled_mm); tpu takes the same ones and refuses the rest with CPU's own error.
-  const bool float8 = any_tensor_argument(stack, first, [](const at::Tensor& t) {
-    return t.defined() && at::isFloat8Type(t.scalar_type());
+  // _scaled_mm), and bool tensors in fewer ops than the meta kernels do (not fmod, remainder, clamp, a
+  // number to a bool power); tpu takes the same ones and refuses the rest with CPU's own error.
+  const bool narrow_dtype = any_tensor_argument(stack, first, [](const at::Tensor& t) {
+    return t.defined() && (at::isFloat8Type(t.scalar_type()) || t.scalar_type() == at::kBool);
   });
-  if (!refused && !float8) return;
+  if (!refused && !narrow_dtype) return;
   check_arguments_on_cpu(op, stack, first);
   if (!refused) return;
   TORCH_CHECK(false, info.name, ": the dtypes of its arguments do not match as CPU's kernel requires");
@@ -455,7 +459,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
   // meta_args keeps the meta arguments alive: out= and other mutated ones are resized by the meta kernel.
   auto shape_args = [&] {
-    if (shaped_on_cpu(info.name)) return cpu_stand_ins(stack, first);
+    if (shaped_on_cpu(info.name, stack, first)) return cpu_stand_ins(stack, first);
     std::vector<c10::IValue> args;
     for (size_t i = first; i < stack.size(); ++i) args.push_back(to_meta(stack[i]));
     return args;

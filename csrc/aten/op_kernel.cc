@@ -17,6 +17,7 @@
 #include "aten/op_build.h"
 #include "aten/op_info.h"
 #include "aten/op_key.h"
+#include "aten/overlapping_writes.h"
 #include "aten/fallback.h"
 #include "aten/fused.h"
 #include "aten/scalar_operands.h"
@@ -280,13 +281,7 @@ void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex 
       }
     }
     if (!moved) continue;
-    if (stack[i].isTensorList()) {
-      stack[i] = c10::List<at::Tensor>(elements);
-    } else {
-      c10::List<std::optional<at::Tensor>> list;
-      for (const at::Tensor& t : elements) list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
-      stack[i] = list;
-    }
+    stack[i] = make_list(stack[i], elements);
   }
 }
 
@@ -358,6 +353,10 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   move_list_tensors(*stack, first, device);
   try {
+    if (!info.mutated.empty() && has_overlapping_write(info, *stack, first) &&
+        run_on_host_storages(op, info, stack, first)) {
+      return;
+    }
     const uint64_t static_scalars = info.static_scalars.load();
     // Threads racing for one new program compile it once; the others wait and take it as a hit.
     auto build = [&] {

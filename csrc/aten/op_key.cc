@@ -129,6 +129,13 @@ std::vector<at::Tensor> list_elements(const c10::IValue& v) {
   return out;
 }
 
+c10::IValue make_list(const c10::IValue& like, const std::vector<at::Tensor>& elements) {
+  if (like.isTensorList()) return c10::List<at::Tensor>(elements);
+  c10::List<std::optional<at::Tensor>> list;
+  for (const at::Tensor& t : elements) list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+  return list;
+}
+
 cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
   cache::ProgramKey key;
   key.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&info)));

@@ -34,5 +34,7 @@ bool is_cpu_scalar(const at::Tensor& t);
 bool is_tensor_list(const c10::IValue& v);
 // Elements of a Tensor[] or Tensor?[] argument; a missing optional element is an undefined tensor.
 std::vector<at::Tensor> list_elements(const c10::IValue& v);
+// The same kind of list as `like` (Tensor[] or Tensor?[]), holding `elements`.
+c10::IValue make_list(const c10::IValue& like, const std::vector<at::Tensor>& elements);
 
 }  // namespace torchtpu::aten

@@ -126,6 +126,8 @@ std::vector<Value> lower_pow_tensor_scalar(LoweringContext& ctx) {
   }
   if (exponent == 2.0) return {finish(ctx, g.binary("multiply", base, base))};
   if (exponent == 1.0) return {finish(ctx, base)};
+  // A bool to a bool power stays bool (aten/op_build.cc shaped_on_cpu); XLA has no bool power.
+  if (out(ctx).dtype == DType::kBool) return {g.constant_int(1, DType::kBool, out(ctx).dims)};
   return {finish(ctx, g.binary("power", base, scalar_like(ctx, exponent)))};
 }
 

@@ -5,6 +5,7 @@
 // state like any other value. Bits come from rng_bit_generator (Threefry), which is counter based.
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -285,9 +286,37 @@ void check_range(int64_t from, int64_t to) {
   }
 }
 
+// CPU's random_ also refuses bounds its dtype cannot hold: `from` and `to - 1` must lie within the type's
+// range (64-bit integers, float32, bfloat16 and float64 hold every int64). The names are those CPU prints.
+void check_bounds(DType dtype, int64_t from, std::optional<int64_t> to_inclusive) {
+  struct Bounds {
+    double low, high;
+    const char* name;
+  };
+  std::optional<Bounds> bounds;
+  switch (dtype) {
+    case DType::kBool: bounds = Bounds{0, 1, "bool"}; break;
+    case DType::kU8: bounds = Bounds{0, 255, "unsigned char"}; break;
+    case DType::kI8: bounds = Bounds{-128, 127, "signed char"}; break;
+    case DType::kI16: bounds = Bounds{-32768, 32767, "short int"}; break;
+    case DType::kU16: bounds = Bounds{0, 65535, "short unsigned int"}; break;
+    case DType::kI32: bounds = Bounds{-2147483648.0, 2147483647.0, "int"}; break;
+    case DType::kU32: bounds = Bounds{0, 4294967295.0, "unsigned int"}; break;
+    case DType::kU64: bounds = Bounds{0, 18446744073709551615.0, "long unsigned int"}; break;
+    case DType::kF16: bounds = Bounds{-65504, 65504, "c10::Half"}; break;
+    default: return;
+  }
+  auto inside = [&](int64_t v) { return static_cast<double>(v) >= bounds->low && static_cast<double>(v) <= bounds->high; };
+  if (!inside(from)) throw std::invalid_argument(std::string("from is out of bounds for ") + bounds->name);
+  if (to_inclusive && !inside(*to_inclusive)) {
+    throw std::invalid_argument(std::string("to - 1 is out of bounds for ") + bounds->name);
+  }
+}
+
 // random_.to(self, to, generator): [0, to).
 std::vector<Value> lower_random_to(LoweringContext& ctx) {
   check_range(0, ctx.integer(1));
+  check_bounds(out(ctx).dtype, 0, ctx.integer(1) - 1);
   return {random_integers(ctx.graph, ctx.rng_state, out(ctx), 0, static_cast<uint64_t>(ctx.integer(1)))};
 }
 
@@ -296,6 +325,7 @@ std::vector<Value> lower_random_from(LoweringContext& ctx) {
   const Type& t = out(ctx);
   const int64_t from = ctx.integer(1);
   if (!ctx.is_none(2)) check_range(from, ctx.integer(2));
+  check_bounds(t.dtype, from, ctx.is_none(2) ? std::nullopt : std::optional<int64_t>(ctx.integer(2) - 1));
   const uint64_t range = ctx.is_none(2) ? default_upper(t.dtype) - static_cast<uint64_t>(from) + 1
                                         : static_cast<uint64_t>(ctx.integer(2)) - static_cast<uint64_t>(from);
   return {random_integers(ctx.graph, ctx.rng_state, t, from, range)};
@@ -357,7 +387,8 @@ std::vector<Value> lower_multinomial(LoweringContext& ctx) {
   const int64_t rows = probs.rank() == 2 ? probs.dims[0] : 1;
   const int64_t samples = ctx.integer(1);
   const bool replacement = ctx.boolean(2);
-  // The meta kernel does not check this; CPU's kernel does (the glue raises CPU's message).
+  // The meta kernel does not check these; CPU's kernel does (the glue raises CPU's message).
+  if (samples <= 0) throw std::invalid_argument("cannot sample n_sample <= 0 samples");
   if (!replacement && samples > categories) {
     throw std::invalid_argument("cannot sample n_sample > prob_dist.size(-1) samples without replacement");
   }

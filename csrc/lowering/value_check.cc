@@ -1,5 +1,7 @@
 #include "lowering/value_check.h"
 
+#include <cstring>
+#include <sstream>
 #include <string>
 
 #include "lowering/rule.h"
@@ -98,10 +100,23 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
              " for argument #2 'targets' (while checking arguments for ctc_loss_allocate_outputs)";
     case CheckKind::kEigNonFinite:
       return "torch.linalg.eig: input tensor should not contain infs or NaNs.";
+    case CheckKind::kHistcRange: {
+      auto end = [&](int shift) {
+        const auto bits = static_cast<uint32_t>(static_cast<uint64_t>(value) >> shift);
+        float f;
+        std::memcpy(&f, &bits, sizeof f);
+        std::ostringstream text;  // as CPU's message prints a double
+        text << static_cast<double>(f);
+        return text.str();
+      };
+      return "torch.histc: range of [" + end(0) + ", " + end(32) + "] is not finite";
+    }
   }
   return "value check failed";
 }
 
-bool message_names_api(CheckKind kind) { return kind == CheckKind::kEigNonFinite; }
+bool message_names_api(CheckKind kind) {
+  return kind == CheckKind::kEigNonFinite || kind == CheckKind::kHistcRange;
+}
 
 }  // namespace torchtpu::lowering

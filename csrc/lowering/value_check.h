@@ -39,6 +39,8 @@ enum class CheckKind {
   kCtcNegativeLength,    // facts {which: 0 input, 1 target}: "Expected input_lengths to have value at least 0, ..."
   kCtcTargetsSize,       // facts {size}: "Expected tensor to have size 6 at dimension 0, but got size 5 for ..."
   kEigNonFinite,         // "torch.linalg.eig: input tensor should not contain infs or NaNs."
+  kHistcRange,           // "torch.histc: range of [1, inf] is not finite"; the value packs both ends as
+                         // float32 bits (low word: min, high word: max)
 };
 
 // One check of a program: its word is i64[3] (failed 0/1, the first failing element's value, its flat
