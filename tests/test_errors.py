@@ -408,3 +408,65 @@ def test_a_bool_tensor_to_a_bool_power_stays_bool(exponent):
     result = x.to("tpu") ** exponent
     assert result.dtype == torch.bool
     assert torch.equal(result.cpu(), x ** exponent)
+
+
+def _u8(d):
+    return torch.tensor([0, 50, 255], dtype=torch.uint8, device=d)
+
+
+def _f16(d, n=2):
+    return torch.ones(n, dtype=torch.float16, device=d)
+
+
+# Scalars CPU's kernels convert to the op's dtype with an overflow check (csrc/aten/op_info.cc).
+SCALAR_OVERFLOWS = {
+    "clamp_max_u8": lambda d: _u8(d).clamp(max=300),
+    "clamp_int32": lambda d: torch.tensor([5], dtype=torch.int32, device=d).clamp(max=2**40),
+    "clamp_f16": lambda d: _f16(d).clamp(max=1e6),
+    "fill_u8": lambda d: _u8(d).fill_(300),
+    "fill_u8_negative": lambda d: _u8(d).fill_(-256),
+    "fill_f32": lambda d: torch.zeros(2, device=d).fill_(1e39),
+    "full_u8": lambda d: torch.full((2,), 300, dtype=torch.uint8, device=d),
+    "full_like_u8": lambda d: torch.full_like(_u8(d), 300),
+    "setitem_int32": lambda d: torch.zeros(3, dtype=torch.int32, device=d).__setitem__(slice(0, 2), 2**40),
+    "where_u8": lambda d: torch.where(_u8(d) > 0, _u8(d), 300),
+    "masked_fill_u8": lambda d: _u8(d).masked_fill(_u8(d) > 0, 300),
+    "masked_fill_u8_tensor_value": lambda d: _u8(d).masked_fill(_u8(d) > 0, torch.tensor(300)),
+    "index_fill_u8": lambda d: _u8(d).index_fill(0, torch.tensor([0], device=d), 300),
+    "scatter_value_u8": lambda d: _u8(d).scatter(0, torch.tensor([0], device=d), 300),
+    "sub_alpha_u8": lambda d: _u8(d).sub(1, alpha=300),
+    "pow_u8": lambda d: _u8(d) ** 300,
+    "pow_f16": lambda d: _f16(d) ** 1e6,
+    "addcmul_value_u8": lambda d: torch.addcmul(_u8(d), _u8(d), _u8(d), value=300),
+    "pad_value_u8": lambda d: torch.nn.functional.pad(_u8(d), (1, 1), value=300),
+    "threshold_u8": lambda d: torch.nn.functional.threshold(_u8(d), 1, 300),
+    "hardtanh_f16": lambda d: torch.nn.functional.hardtanh(_f16(d), -1e6, 1e6),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCALAR_OVERFLOWS))
+def test_a_scalar_the_dtype_cannot_hold_raises_as_on_cpu(survivor, case):
+    error = assert_same_error_as_cpu(SCALAR_OVERFLOWS[case], normalize=lambda m: m.splitlines()[0])
+    assert "without overflow" in str(error)
+    assert_usable(survivor)
+
+
+# Where CPU converts without a check, tpu gives CPU's (wrapped or infinite) result.
+SCALAR_WRAPS = {
+    "add_u8": lambda d: _u8(d) + 300,
+    "add_u8_negative": lambda d: _u8(d) + (-1),
+    "clamp_min_u8_negative": lambda d: _u8(d).clamp_min(-1),
+    "fill_u8_negative": lambda d: _u8(d).fill_(-255),
+    "fill_tensor_value_u8": lambda d: _u8(d).fill_(torch.tensor(300)),
+    "fmod_u8": lambda d: torch.fmod(_u8(d), 300),
+    "eq_u8": lambda d: _u8(d) == 300,
+    "add_f16": lambda d: _f16(d) + 1e6,
+    "addcdiv_f16": lambda d: torch.addcdiv(_f16(d), _f16(d), _f16(d), value=1e6),
+    "where_f16": lambda d: torch.where(_f16(d) > 0, _f16(d), 1e6),
+    "fill_one_f16": lambda d: _f16(d, 1).fill_(1e6),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCALAR_WRAPS))
+def test_a_scalar_cpu_converts_unchecked_gives_cpus_result(case):
+    torch.testing.assert_close(SCALAR_WRAPS[case]("tpu").cpu(), SCALAR_WRAPS[case]("cpu"))

@@ -218,3 +218,39 @@ def test_pickle_and_deepcopy_keep_tpu_tensors_and_modules():
 def test_legacy_format_explains_itself():
     with pytest.raises(RuntimeError, match="default format"):
         torch.save(torch.ones(2, device=TPU), io.BytesIO(), _use_new_zipfile_serialization=False)
+
+
+def test_multiprocessing_queues_carry_tpu_tensors_by_value():
+    from multiprocessing.reduction import ForkingPickler
+
+    weight = torch.nn.Parameter(torch.arange(4.0, device="tpu"))
+    plain = torch.ones(2, 3, device="tpu")[:, 1]
+    for sent in (weight, plain):
+        received = ForkingPickler.loads(ForkingPickler.dumps(sent))
+        assert type(received) is type(sent) and received.device == sent.device
+        assert received.requires_grad == sent.requires_grad
+        assert torch.equal(received.detach().cpu(), sent.detach().cpu())
+    with pytest.raises(RuntimeError, match="non-leaf"):
+        ForkingPickler.dumps(weight * 2)  # torch's rule: autograd history does not cross processes
+
+
+def test_a_dataloader_worker_can_return_tpu_tensors():
+    """The parent has not used tpu yet, so the forked worker may; its batches come back on tpu (they were
+    dropped and the loader waited forever)."""
+    from helpers import run_python
+
+    result = run_python("""
+        import torch, torchtpu
+        from torch.utils.data import DataLoader, Dataset
+
+        class Rows(Dataset):
+            def __len__(self): return 4
+            def __getitem__(self, i): return torch.full((2,), float(i), device="tpu")
+
+        batches = [b for b in DataLoader(Rows(), batch_size=2, num_workers=1, timeout=120)]
+        assert [b.device.type for b in batches] == ["tpu", "tpu"]
+        assert torch.equal(torch.cat(batches).cpu(), torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]))
+        print("OK")
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("OK")

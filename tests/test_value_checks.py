@@ -96,6 +96,11 @@ CASES.update({
     "histc_inf": lambda d: torch.histc(torch.tensor([1.0, float("inf"), 2.0], device=d), 4),
     "histc_minus_inf": lambda d: torch.histc(torch.tensor([float("-inf"), 0.5], device=d, dtype=torch.float64), 3),
     "histc_nan": lambda d: torch.histc(torch.tensor([1.0, float("nan")], device=d), 4, min=2, max=2),
+    "searchsorted_sorter": lambda d: torch.searchsorted(torch.tensor([3.0, 1.0, 2.0], device=d),
+                                                        torch.tensor([2.5], device=d), sorter=_long([1, 2, 7], d)),
+    "max_unpool1d": lambda d: F.max_unpool1d(torch.ones(1, 1, 2, device=d), _long([[[0, 99]]], d), 2),
+    "max_unpool2d": lambda d: F.max_unpool2d(torch.ones(1, 1, 2, 2, device=d), _long([[[[0, 1], [2, 16]]]], d), 2),
+    "max_unpool3d": lambda d: F.max_unpool3d(torch.ones(1, 2, 2, 2, device=d), _long([[[[0, 1], [2, 64]]] * 2], d), 2),
 })
 
 
@@ -278,3 +283,12 @@ def test_launch_blocking_and_checks_off_from_the_environment():
     assert blocking.stdout.strip().endswith("OK")
     off = run_python(code, TORCHTPU_VALUE_CHECKS="0")
     assert "no error at the op" in off.stdout and off.stdout.strip().endswith("OK"), off.stderr
+
+
+def test_ctc_input_lengths_past_the_time_steps_raise_on_every_call():
+    log_probs = torch.randn(6, 1, 4).log_softmax(2).to("tpu")
+    targets = torch.tensor([[1, 2]], device="tpu")
+    F.ctc_loss(log_probs, targets, torch.tensor([6]), torch.tensor([2])).item()
+    with pytest.raises(RuntimeError, match="input_lengths to have value at most 6, but got value 8"):
+        F.ctc_loss(log_probs, targets, torch.tensor([8]), torch.tensor([2])).item()
+    torch.tpu.synchronize()

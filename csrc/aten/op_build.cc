@@ -233,7 +233,15 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
   const bool narrow_dtype = any_tensor_argument(stack, first, [](const at::Tensor& t) {
     return t.defined() && (at::isFloat8Type(t.scalar_type()) || t.scalar_type() == at::kBool);
   });
-  if (!refused && !narrow_dtype) return;
+  // Floating tensors of two dtypes: many CPU kernels require one (convolution's input and weight, a loss's
+  // weight, grid_sample's grid), which the meta kernels leave to the device kernels.
+  std::optional<at::ScalarType> floating;
+  const bool mixed_floating = any_tensor_argument(stack, first, [&](const at::Tensor& t) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type()) || is_cpu_scalar(t)) return false;
+    if (!floating) floating = t.scalar_type();
+    return *floating != t.scalar_type();
+  });
+  if (!refused && !narrow_dtype && !mixed_floating) return;
   check_arguments_on_cpu(op, stack, first);
   if (!refused) return;
   TORCH_CHECK(false, info.name, ": the dtypes of its arguments do not match as CPU's kernel requires");

@@ -1,7 +1,10 @@
 #include "aten/op_info.h"
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace torchtpu::aten {
 namespace {
@@ -77,6 +80,36 @@ ArgClass classify(const c10::Argument& argument) {
   }
 }
 
+// The Scalar arguments CPU's kernels convert with `Scalar::to<scalar_t>()`, which checks for overflow; the
+// others (an add's `other`, a comparison's) CPU wraps into a tensor and casts without a check. Found by
+// asking CPU: `torch.tensor([1], dtype=torch.uint8).clamp(max=300)` raises, `... + 300` wraps.
+void find_overflow_checked_scalars(const c10::FunctionSchema& schema, OpInfo& info) {
+  static const std::unordered_map<std::string, std::vector<std::string>> checked = {
+      {"add", {"alpha"}}, {"sub", {"alpha"}}, {"rsub", {"alpha"}}, {"clamp", {"min", "max"}},
+      {"clamp_min", {"min"}}, {"clamp_max", {"max"}}, {"fill", {"value"}}, {"masked_fill", {"value"}},
+      {"index_fill", {"value"}}, {"scatter", {"value"}}, {"where", {"self", "other"}}, {"pow", {"exponent"}},
+      {"addcmul", {"value"}}, {"addcdiv", {"value"}}, {"constant_pad_nd", {"value"}},
+      {"threshold", {"threshold", "value"}}, {"hardtanh", {"min_val", "max_val"}}};
+  // masked_fill and index_fill read a 0-dim tensor value as a Scalar first; fill_.Tensor casts it.
+  static const std::unordered_set<std::string> tensor_values = {"masked_fill", "index_fill"};
+  std::string base = schema.name().substr(schema.name().find("::") + 2);
+  if (!base.empty() && base.back() == '_') base.pop_back();
+  const auto it = checked.find(base);
+  if (it == checked.end()) return;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::Argument& argument = schema.arguments()[i];
+    if (std::find(it->second.begin(), it->second.end(), argument.name()) == it->second.end()) continue;
+    c10::TypePtr type = argument.type();
+    if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+    const bool scalar = type->kind() == c10::TypeKind::NumberType;
+    const bool tensor_value = type->kind() == c10::TypeKind::TensorType && tensor_values.count(base) != 0;
+    if (scalar || tensor_value) info.overflow_checked.push_back(i);
+  }
+  if (base == "addcmul" || base == "addcdiv") info.half_scalars = OpInfo::HalfScalars::kAsFloat;
+  if (base == "where") info.half_scalars = OpInfo::HalfScalars::kUnchecked;
+  if (base == "fill") info.half_scalars = OpInfo::HalfScalars::kUncheckedForOneElement;
+}
+
 std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
   auto info = std::make_unique<OpInfo>();
   info->name = full_name(schema);
@@ -114,6 +147,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
       if (info->arg_classes[i] == ArgClass::kScalarOperand) info->static_scalars |= uint64_t{1} << i;
     }
   }
+  find_overflow_checked_scalars(schema, *info);
   info->counters = &op_counters(info->name);
   return info;
 }

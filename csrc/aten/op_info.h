@@ -43,6 +43,13 @@ struct OpInfo {
   // Bit i: scalar argument i defaults to 1 in the schema (add's alpha, addcmul's value); a call passing 1
   // there gets the value compiled in (aten/op_key.h passes_unit_default).
   uint64_t unit_defaults = 0;
+  // Scalar arguments CPU's kernel converts to the op's dtype with c10's overflow check (clamp's bounds,
+  // fill values, alpha): a value the dtype cannot hold raises there instead of wrapping.
+  std::vector<size_t> overflow_checked;
+  // How CPU converts them for a float16/bfloat16 result: checked in that type, checked in float32
+  // (addcmul's and addcdiv's value), or not at all (where's scalars; fill_ of a single element).
+  enum class HalfScalars : uint8_t { kChecked, kAsFloat, kUnchecked, kUncheckedForOneElement };
+  HalfScalars half_scalars = HalfScalars::kChecked;
 
   // Recompilation watch: the signatures of the latest compiles, for the one warning when an op keeps
   // compiling (see recompile_warning_threshold()).

@@ -1,12 +1,15 @@
 #include "aten/op_kernel.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/ops/_linalg_check_errors.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/accumulate.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -299,6 +302,44 @@ std::vector<std::vector<int64_t>> sizes_of_mutated(const OpInfo& info, const tor
   return sizes;
 }
 
+// CPU's kernels convert some Scalar arguments to the op's dtype with c10's overflow check (OpInfo::
+// overflow_checked); the program would wrap them. The same conversion on the host raises CPU's "value cannot
+// be converted to type uint8_t without overflow".
+void check_scalars_fit(const OpInfo& info, const OpSignature& signature, const torch::jit::Stack& stack,
+                       size_t first) {
+  const OutputBinding* result = !signature.functional.empty() ? &signature.functional[0]
+                                : !signature.writes.empty()    ? &signature.writes[0]
+                                                               : nullptr;
+  if (result == nullptr) return;
+  at::ScalarType type = result->dtype;
+  if (type == at::kHalf || type == at::kBFloat16) {
+    const int64_t elements = c10::multiply_integers(result->sizes);
+    switch (info.half_scalars) {
+      case OpInfo::HalfScalars::kChecked: break;
+      case OpInfo::HalfScalars::kAsFloat: type = at::kFloat; break;
+      case OpInfo::HalfScalars::kUnchecked: return;
+      case OpInfo::HalfScalars::kUncheckedForOneElement: if (elements == 1) return; break;
+    }
+  }
+  const bool real = at::isIntegralType(type, /*includeBool=*/true) || at::isFloatingType(type);
+  if (!real || at::isBarebonesUnsignedType(type) || at::isFloat8Type(type)) return;
+  for (size_t arg : info.overflow_checked) {
+    const c10::IValue& v = stack[first + arg];
+    // Every real dtype holds -127..127 (the common alpha of 1 costs no conversion).
+    if (v.isInt() ? std::abs(v.toInt()) <= 127 : v.isDouble() && std::abs(v.toDouble()) <= 127) continue;
+    c10::Scalar value;
+    if (v.isScalar()) {
+      value = v.toScalar();
+    } else if (v.isTensor() && is_cpu_scalar(v.toTensor())) {
+      value = v.toTensor().item();
+    } else {
+      continue;
+    }
+    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, type, "check_scalars_fit",
+                               [&] { (void)value.to<scalar_t>(); });
+  }
+}
+
 }  // namespace
 
 c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
@@ -394,6 +435,7 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
         if (out.sizes() != c10::IntArrayRef(write.sizes)) out.resize_(write.sizes);
       }
     }
+    if (!info.overflow_checked.empty()) check_scalars_fit(info, *signature, *stack, first);
     const bool check_errors = info.check_errors_arg >= 0 && (*stack)[first + info.check_errors_arg].toBool();
     if (eager::mode() == eager::Mode::kFused && !check_errors) {
       record(info, signature, *stack, first, device);

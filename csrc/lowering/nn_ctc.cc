@@ -72,6 +72,8 @@ Ctc prepare(LoweringContext& ctx, size_t first, size_t blank_arg, int64_t positi
   Value none = i64(g, 0, {c.batch});
   ctx.check(CheckKind::kCtcNegativeLength, g.compare(c.input_lengths, none, Comparison::kLT), c.input_lengths, {0});
   ctx.check(CheckKind::kCtcNegativeLength, g.compare(c.target_lengths, none, Comparison::kLT), c.target_lengths, {1});
+  ctx.check(CheckKind::kCtcInputTooLong, g.compare(c.input_lengths, i64(g, c.time, {c.batch}), Comparison::kGT),
+            c.input_lengths, {c.time});
 
   // The labels of each sample: row n of 2-d targets, or its run of concatenated 1-d targets, which
   // starts at the sum of the earlier samples' lengths.

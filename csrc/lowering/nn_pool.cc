@@ -495,6 +495,12 @@ std::vector<Value> max_unpool(LoweringContext& ctx, size_t spatial) {
   Graph& g = ctx.graph;
   const Type& result = ctx.outputs.at(0);
   const int64_t count = ctx.type_of(0).numel();
+  // CPU refuses an index past the output plane; the scatter would drop it.
+  const std::vector<int64_t> plane(result.dims.end() - static_cast<std::ptrdiff_t>(spatial), result.dims.end());
+  int64_t plane_size = 1;
+  for (int64_t d : plane) plane_size *= d;
+  Value indices = g.convert(ctx.tensor(1), DType::kI64);
+  ctx.check(CheckKind::kUnpoolIndex, outside_range(g, indices, 0, plane_size), indices, plane);
   Value flat = g.scatter_flat(g.constant(0, result.dtype, {result.numel()}),
                               flat_plane_index(g, ctx.tensor(1), result.dims, spatial),
                               g.reshape(ctx.tensor(0), {count}));

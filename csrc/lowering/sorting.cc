@@ -340,7 +340,9 @@ std::vector<Value> lower_searchsorted(LoweringContext& ctx) {
     // sorted[..., k] = sequence[..., sorter[..., k]], one element picked per position.
     const Type t = g.type(sorted);
     const int64_t last = t.rank() - 1;
-    auto [picks, rows] = pairs(g, g.convert(ctx.tensor(5), DType::kI64), sorted, last);
+    Value sorter = g.convert(ctx.tensor(5), DType::kI64);
+    ctx.check(CheckKind::kSorterIndex, outside_range(g, sorter, 0, t.dims[last]));
+    auto [picks, rows] = pairs(g, sorter, sorted, last);
     const std::vector<int64_t> cube = g.type(rows).dims;
     Value hit = g.compare(picks, g.iota(Type{DType::kI64, cube}, last + 1), ir::Comparison::kEQ);
     sorted = select_one(g, hit, rows, last + 1);

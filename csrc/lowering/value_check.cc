@@ -111,12 +111,22 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
       };
       return "torch.histc: range of [" + end(0) + ", " + end(32) + "] is not finite";
     }
+    case CheckKind::kSorterIndex:
+      return "torch.searchsorted(): sorter index out of range";
+    case CheckKind::kUnpoolIndex: {
+      std::string sizes;
+      for (size_t i = 0; i < facts.size(); ++i) sizes += (i ? "x" : "") + std::to_string(facts[i]);
+      return "Found an invalid max index: " + v + " (output volumes are of size " + sizes + ")";
+    }
+    case CheckKind::kCtcInputTooLong:
+      return "Expected input_lengths to have value at most " + fact(0) + ", but got value " + v +
+             " (while checking arguments for ctc_loss_allocate_outputs)";
   }
   return "value check failed";
 }
 
 bool message_names_api(CheckKind kind) {
-  return kind == CheckKind::kEigNonFinite || kind == CheckKind::kHistcRange;
+  return kind == CheckKind::kEigNonFinite || kind == CheckKind::kHistcRange || kind == CheckKind::kSorterIndex;
 }
 
 }  // namespace torchtpu::lowering

@@ -41,6 +41,9 @@ enum class CheckKind {
   kEigNonFinite,         // "torch.linalg.eig: input tensor should not contain infs or NaNs."
   kHistcRange,           // "torch.histc: range of [1, inf] is not finite"; the value packs both ends as
                          // float32 bits (low word: min, high word: max)
+  kSorterIndex,          // "torch.searchsorted(): sorter index out of range"
+  kUnpoolIndex,          // facts {output dims}: "Found an invalid max index: 99 (output volumes are of size 4x4)"
+  kCtcInputTooLong,      // facts {T}: "Expected input_lengths to have value at most 6, but got value 8 (...)"
 };
 
 // One check of a program: its word is i64[3] (failed 0/1, the first failing element's value, its flat
