@@ -48,16 +48,19 @@ std::vector<int64_t> memory_order(const at::Tensor& t) {
   return lowering::dense_order(geometry(t));
 }
 
-// The meta kernel of convolution lays its result out row-major whatever its operands; CPU's and CUDA's
-// kernels make a 2-d convolution's result channels-last when the input or the weight is, and so does tpu.
-// (For 3-d ones CPU's choice depends on which of its backends runs; tpu keeps them row-major, as CPU's
-// float32 kernel does.)
+// The meta kernel of convolution lays its result out row-major whatever its operands; CUDA's kernels make
+// the result channels-last (-3d) when the input or the weight is, and so does tpu. CPU does the same for
+// 2-d convolutions; for 3-d ones its choice follows its backend (row-major for a batch of one or a dtype
+// other than float32), which tpu does not copy.
 at::Tensor convolution_result_layout(const at::Tensor& result, const at::Tensor& input, const at::Tensor& weight) {
-  auto channels_last = [](const at::Tensor& t) {
-    return t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  const bool three_d = result.dim() == 5;
+  if (result.dim() != 4 && !three_d) return result;
+  const at::MemoryFormat format = three_d ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  auto channels_last = [&](const at::Tensor& t) {
+    return t.dim() == result.dim() && t.suggest_memory_format() == format;
   };
-  if (result.dim() != 4 || (!channels_last(input) && !channels_last(weight))) return result;
-  return at::empty(result.sizes(), result.options().memory_format(at::MemoryFormat::ChannelsLast));
+  if (!channels_last(input) && !channels_last(weight)) return result;
+  return at::empty(result.sizes(), result.options().memory_format(format));
 }
 
 // Whether the rule reads the argument's current value: out= arguments and the self of ops that overwrite
