@@ -227,6 +227,22 @@ DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16 || is_float8(dtype)) ? DType::kF32 : dtype;
 }
 
+void check_finite_data_range(LoweringContext& ctx, Value x, Value low, Value high, CheckKind kind,
+                             std::vector<int64_t> facts, bool negative_nan) {
+  Graph& g = ctx.graph;
+  auto is_finite = [&](Value v) { return g.op("is_finite", {v}, Type{DType::kBool, {}}); };
+  // XLA's min and max may skip a NaN, so it is looked for.
+  Value has_nan = g.reduce(g.compare(x, x, ir::Comparison::kNE), g.constant_int(0, DType::kBool), {0}, ir::Reducer::kOr);
+  const int64_t nan_bits = negative_nan ? 0xFFC00000LL : 0x7FC00000LL;
+  auto bits = [&](Value v) {
+    Value word = g.convert(g.bitcast_convert(g.convert(v, DType::kF32), Type{DType::kU32, {}}), DType::kI64);
+    return g.select(has_nan, g.constant_int(nan_bits, DType::kI64), word);
+  };
+  Value packed = g.binary("or", bits(low), g.binary("shift_left", bits(high), g.constant_int(32, DType::kI64)));
+  Value finite = g.binary("and", is_finite(low), is_finite(high));
+  ctx.check(kind, g.binary("or", g.unary("not", finite), has_nan), packed, std::move(facts));
+}
+
 Value outside_range(Graph& g, Value x, int64_t low, int64_t high) {
   Value wide = g.convert(x, DType::kI64);
   const std::vector<int64_t> dims = g.type(wide).dims;

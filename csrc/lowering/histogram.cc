@@ -86,7 +86,9 @@ Value flattened(LoweringContext& ctx, size_t i) {
 
 // The bins + 1 equal-width edges, in `dtype`, over [left, right] or, without a range, over the extent of the
 // 1-d `x`: widened by 0.5 each way when its min and max are equal, and [0, 1] when it is empty.
-Value equal_width_edges(Graph& g, Value x, DType dtype, const double* range, int64_t bins) {
+// Without a range, CPU refuses data whose extent is not finite, naming the dim (`dim`).
+Value equal_width_edges(LoweringContext& ctx, Value x, DType dtype, const double* range, int64_t bins, int64_t dim) {
+  Graph& g = ctx.graph;
   const int64_t n = g.type(x).dims[0];
   Value left, right;
   if (range != nullptr) {
@@ -100,6 +102,7 @@ Value equal_width_edges(Graph& g, Value x, DType dtype, const double* range, int
     const DType x_dtype = g.type(x).dtype;
     left = g.convert(g.reduce(x, g.constant(inf, x_dtype), {0}, Reducer::kMin), DType::kF64);
     right = g.convert(g.reduce(x, g.constant(-inf, x_dtype), {0}, Reducer::kMax), DType::kF64);
+    check_finite_data_range(ctx, x, left, right, CheckKind::kHistogramRange, {dim}, false);
     Value equal = g.compare(left, right, Comparison::kEQ);
     left = g.select(equal, g.binary("subtract", left, g.constant(0.5, DType::kF64)), left);
     right = g.select(equal, g.binary("add", right, g.constant(0.5, DType::kF64)), right);
@@ -112,7 +115,7 @@ std::vector<Value> lower_histogram_bin_count(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = flattened(ctx, 0);
   const double* range = ctx.is_none(2) ? nullptr : ctx.reals(2).data();
-  Value edges = equal_width_edges(g, x, ctx.outputs.at(1).dtype, range, ctx.integer(1));
+  Value edges = equal_width_edges(ctx, x, ctx.outputs.at(1).dtype, range, ctx.integer(1), 0);
   return {histogram(g, g.reshape(x, {g.type(x).dims[0], 1}), {edges}, flattened(ctx, 3), ctx.boolean(4)), edges};
 }
 
@@ -142,7 +145,7 @@ std::vector<Value> dd_edges(LoweringContext& ctx, DType dtype) {
     const int64_t column = static_cast<int64_t>(j);
     Value coordinate = g.reshape(g.slice(x, {0, column}, {n, column + 1}, {1, 1}), {n});
     const double* range = ctx.is_none(2) ? nullptr : ctx.reals(2).data() + 2 * j;
-    edges.push_back(equal_width_edges(g, coordinate, dtype, range, bins[j]));
+    edges.push_back(equal_width_edges(ctx, coordinate, dtype, range, bins[j], column));
   }
   return edges;
 }

@@ -181,6 +181,24 @@ Value bag_member(Graph& g, Value indices, int64_t padding_idx) {
   return g.compare(indices, g.constant_int(padding_idx, g.type(indices).dtype, dims), Comparison::kNE);
 }
 
+// CPU's checks of embedding_bag's offsets (1-d, i64): they start at 0, end within the `count` indices and
+// never decrease.
+void check_offsets(LoweringContext& ctx, Value offsets, int64_t count) {
+  Graph& g = ctx.graph;
+  const int64_t n = g.type(offsets).dims[0];
+  if (n == 0) return;
+  offsets = g.convert(offsets, DType::kI64);
+  Value first = g.reshape(g.slice(offsets, {0}, {1}, {1}), {});
+  Value last = g.reshape(g.slice(offsets, {n - 1}, {n}, {1}), {});
+  ctx.check(CheckKind::kBagFirstOffset, g.compare(first, g.constant_int(0, DType::kI64), Comparison::kNE), first);
+  ctx.check(CheckKind::kBagLastOffset, g.compare(last, g.constant_int(count, DType::kI64), Comparison::kGT), last,
+            {count});
+  if (n > 1) {
+    Value decreasing = g.compare(g.slice(offsets, {1}, {n}, {1}), g.slice(offsets, {0}, {n - 1}, {1}), Comparison::kLT);
+    ctx.check(CheckKind::kBagOffsetsOrder, decreasing);
+  }
+}
+
 // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights?,
 //                include_last_offset, padding_idx) -> (output, offset2bag, bag_size, max_indices)
 std::vector<Value> lower_embedding_bag(LoweringContext& ctx) {
@@ -198,6 +216,7 @@ std::vector<Value> lower_embedding_bag(LoweringContext& ctx) {
   Value indices = g.reshape(ctx.tensor(1), {count});
   const int64_t rows_in_weight = ctx.type_of(0).dims[0];
   ctx.check(CheckKind::kBagIndex, outside_range(g, indices, 0, rows_in_weight), indices, {rows_in_weight});
+  check_offsets(ctx, ctx.tensor(2), count);
   Value bag = bag_of_index(g, ctx.tensor(2), bags, count);
   Value member = bag_member(g, indices, ctx.integer(8));
   Value rows = take_along(g, g.convert(ctx.tensor(0), accumulate), 0, indices);

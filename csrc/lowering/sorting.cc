@@ -385,20 +385,8 @@ std::vector<Value> lower_histc(LoweringContext& ctx) {
   if (ctx.real(2) == ctx.real(3) && n > 0) {
     low = g.reduce(x, extreme(g, t.dtype, false), {0}, ir::Reducer::kMin);
     high = g.reduce(x, extreme(g, t.dtype, true), {0}, ir::Reducer::kMax);
-    if (is_floating(t.dtype)) {
-      // CPU refuses a data range that is not finite (an inf or NaN among the data), naming both ends; a NaN
-      // makes both ends NaN there (XLA's min and max may skip it, so it is looked for).
-      auto is_finite = [&](Value v) { return g.op("is_finite", {v}, Type{DType::kBool, {}}); };
-      Value has_nan = g.reduce(g.compare(x, x, ir::Comparison::kNE), g.constant_int(0, DType::kBool), {0},
-                               ir::Reducer::kOr);
-      auto bits = [&](Value v) {
-        Value word = g.convert(g.bitcast_convert(g.convert(v, DType::kF32), Type{DType::kU32, {}}), DType::kI64);
-        return g.select(has_nan, g.constant_int(0xFFC00000LL, DType::kI64), word);  // -NaN, as CPU prints it
-      };
-      Value packed = g.binary("or", bits(low), g.binary("shift_left", bits(high), g.constant_int(32, DType::kI64)));
-      Value finite = g.binary("and", is_finite(low), is_finite(high));
-      ctx.check(CheckKind::kHistcRange, g.binary("or", g.unary("not", finite), has_nan), packed);
-    }
+    // CPU refuses a data range that is not finite (an inf or NaN among the data), naming both ends.
+    if (is_floating(t.dtype)) check_finite_data_range(ctx, x, low, high, CheckKind::kHistcRange, {}, true);
   } else {
     low = ctx.scalar(2, t.dtype, {});
     high = ctx.scalar(3, t.dtype, {});

@@ -44,6 +44,21 @@ Value fold_checks(Graph& g, Value state, const std::vector<ValueCheck>& checks, 
   return state;
 }
 
+namespace {
+
+// One end of a range packed by check_finite_data_range (float32 bits at `shift`), printed as CPU prints a
+// double.
+std::string packed_end(int64_t value, int shift) {
+  const auto bits = static_cast<uint32_t>(static_cast<uint64_t>(value) >> shift);
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  std::ostringstream text;
+  text << static_cast<double>(f);
+  return text.str();
+}
+
+}  // namespace
+
 std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int64_t value, int64_t position) {
   auto fact = [&](size_t i) { return std::to_string(facts.at(i)); };
   const std::string v = std::to_string(value);
@@ -100,17 +115,19 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
              " for argument #2 'targets' (while checking arguments for ctc_loss_allocate_outputs)";
     case CheckKind::kEigNonFinite:
       return "torch.linalg.eig: input tensor should not contain infs or NaNs.";
-    case CheckKind::kHistcRange: {
-      auto end = [&](int shift) {
-        const auto bits = static_cast<uint32_t>(static_cast<uint64_t>(value) >> shift);
-        float f;
-        std::memcpy(&f, &bits, sizeof f);
-        std::ostringstream text;  // as CPU's message prints a double
-        text << static_cast<double>(f);
-        return text.str();
-      };
-      return "torch.histc: range of [" + end(0) + ", " + end(32) + "] is not finite";
-    }
+    case CheckKind::kHistcRange:
+      return "torch.histc: range of [" + packed_end(value, 0) + ", " + packed_end(value, 32) + "] is not finite";
+    case CheckKind::kBagFirstOffset:
+      return "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
+             "However, got " + v;
+    case CheckKind::kBagLastOffset:
+      return "offsets[-1] can not be greater than input's length " + fact(0) + " but got offsets[-1] of " + v;
+    case CheckKind::kBagOffsetsOrder:
+      return "Expected i < index_size to be true, but got false.  (Could this error message be improved?  If so, "
+             "please report an enhancement request to PyTorch.)";
+    case CheckKind::kHistogramRange:
+      return "torch.histogramdd: dimension " + fact(0) + "'s range [" + packed_end(value, 0) + ", " +
+             packed_end(value, 32) + "] is not finite";
     case CheckKind::kSorterIndex:
       return "torch.searchsorted(): sorter index out of range";
     case CheckKind::kUnpoolIndex: {
@@ -126,7 +143,8 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
 }
 
 bool message_names_api(CheckKind kind) {
-  return kind == CheckKind::kEigNonFinite || kind == CheckKind::kHistcRange || kind == CheckKind::kSorterIndex;
+  return kind == CheckKind::kEigNonFinite || kind == CheckKind::kHistcRange || kind == CheckKind::kSorterIndex ||
+         kind == CheckKind::kHistogramRange;
 }
 
 }  // namespace torchtpu::lowering

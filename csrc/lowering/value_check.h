@@ -44,6 +44,11 @@ enum class CheckKind {
   kSorterIndex,          // "torch.searchsorted(): sorter index out of range"
   kUnpoolIndex,          // facts {output dims}: "Found an invalid max index: 99 (output volumes are of size 4x4)"
   kCtcInputTooLong,      // facts {T}: "Expected input_lengths to have value at most 6, but got value 8 (...)"
+  kHistogramRange,       // facts {dim}: "torch.histogramdd: dimension 0's range [1, inf] is not finite"
+                         // (the value packed as kHistcRange's)
+  kBagFirstOffset,       // "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start ..."
+  kBagLastOffset,        // facts {input length}: "offsets[-1] can not be greater than input's length 4 but got ..."
+  kBagOffsetsOrder,      // "Expected i < index_size to be true, but got false. ..." (decreasing offsets)
 };
 
 // One check of a program: its word is i64[3] (failed 0/1, the first failing element's value, its flat
