@@ -104,26 +104,10 @@ c10::IValue to_meta(const c10::IValue& v) {
 
 // The arguments with every device tensor replaced by a zero-filled CPU tensor of its size, strides and dtype.
 std::vector<c10::IValue> cpu_stand_ins(const torch::jit::Stack& stack, size_t first) {
-  auto to_cpu = [](const at::Tensor& t) {
+  return host_arguments(stack, first, [](const at::Tensor& t) {
     if (!t.defined() || t.device().is_cpu()) return t;
     return at::zeros_like(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU)));
-  };
-  std::vector<c10::IValue> args;
-  for (size_t i = first; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      args.push_back(to_cpu(v.toTensor()));
-    } else if (is_tensor_list(v)) {
-      std::vector<at::Tensor> elements = list_elements(v);
-      for (at::Tensor& t : elements) t = to_cpu(t);
-      args.push_back(make_list(v, elements));
-    } else if (v.isGenerator()) {
-      args.push_back(c10::IValue());  // a tpu generator cannot drive a CPU kernel
-    } else {
-      args.push_back(v);
-    }
-  }
-  return args;
+  });
 }
 
 // Reruns a failing op on CPU stand-ins of its arguments and throws CPU's error, if CPU raises one. Only

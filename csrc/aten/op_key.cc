@@ -136,6 +136,26 @@ c10::IValue make_list(const c10::IValue& like, const std::vector<at::Tensor>& el
   return list;
 }
 
+std::vector<c10::IValue> host_arguments(const torch::jit::Stack& stack, size_t first,
+                                        const std::function<at::Tensor(const at::Tensor&)>& to_host) {
+  std::vector<c10::IValue> args;
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      args.push_back(to_host(v.toTensor()));
+    } else if (is_tensor_list(v)) {
+      std::vector<at::Tensor> elements = list_elements(v);
+      for (at::Tensor& t : elements) t = to_host(t);
+      args.push_back(make_list(v, elements));
+    } else if (v.isGenerator()) {
+      args.push_back(c10::IValue());
+    } else {
+      args.push_back(v);
+    }
+  }
+  return args;
+}
+
 cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
   cache::ProgramKey key;
   key.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&info)));

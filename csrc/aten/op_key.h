@@ -1,6 +1,8 @@
 // The program-cache key of one op call, and a readable form of it for warnings.
 #pragma once
 
+#include <functional>
+
 #include <ATen/core/stack.h>
 
 #include <string>
@@ -36,5 +38,9 @@ bool is_tensor_list(const c10::IValue& v);
 std::vector<at::Tensor> list_elements(const c10::IValue& v);
 // The same kind of list as `like` (Tensor[] or Tensor?[]), holding `elements`.
 c10::IValue make_list(const c10::IValue& like, const std::vector<at::Tensor>& elements);
+// The arguments from stack[first] for a CPU kernel: each tensor (list elements too) replaced by
+// `to_host(tensor)`, a generator dropped (a tpu one cannot drive a CPU kernel), the rest as they are.
+std::vector<c10::IValue> host_arguments(const torch::jit::Stack& stack, size_t first,
+                                        const std::function<at::Tensor(const at::Tensor&)>& to_host);
 
 }  // namespace torchtpu::aten

@@ -115,22 +115,9 @@ bool run_on_host_storages(const c10::OperatorHandle& op, OpInfo& info, torch::ji
     return storages.at(t.storage().unsafeGetStorageImpl()).flat.as_strided(t.sizes(), t.strides(),
                                                                           t.storage_offset());
   };
-  torch::jit::Stack cpu_stack;
-  for (size_t i = first; i < stack->size(); ++i) {
-    const c10::IValue& v = (*stack)[i];
-    if (v.isTensor()) {
-      cpu_stack.push_back(on_host(v.toTensor()));
-    } else if (is_tensor_list(v)) {
-      std::vector<at::Tensor> elements = list_elements(v);
-      for (at::Tensor& t : elements) t = on_host(t);
-      cpu_stack.push_back(make_list(v, elements));
-    } else if (v.isGenerator()) {
-      cpu_stack.push_back(c10::IValue());  // a tpu generator cannot drive a CPU kernel
-    } else {
-      cpu_stack.push_back(v);
-    }
-  }
-  const std::vector<c10::IValue> cpu_args(cpu_stack.begin(), cpu_stack.end());  // an out= may get resized
+  // host_args keeps the CPU views after the call consumes its stack: an out= tensor may get resized.
+  const std::vector<c10::IValue> host_args = host_arguments(*stack, first, on_host);
+  torch::jit::Stack cpu_stack(host_args.begin(), host_args.end());
   info.counters->fallbacks++;
   op.callBoxed(&cpu_stack);  // CPU's error, if it refuses the write, reaches the caller from here
 
@@ -142,8 +129,8 @@ bool run_on_host_storages(const c10::OperatorHandle& op, OpInfo& info, torch::ji
   }
   // An out= tensor that CPU resized left the storage copy: it comes back on its own.
   for (size_t arg : info.mutated) {
-    if (!cpu_args[arg].isTensor() || !is_tpu((*stack)[first + arg].toTensor())) continue;
-    const at::Tensor& host = cpu_args[arg].toTensor();
+    if (!host_args[arg].isTensor() || !is_tpu((*stack)[first + arg].toTensor())) continue;
+    const at::Tensor& host = host_args[arg].toTensor();
     at::Tensor& out = (*stack)[first + arg].toTensor();
     if (host.sizes() == out.sizes()) continue;
     out.resize_(host.sizes());
