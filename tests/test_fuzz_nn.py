@@ -250,8 +250,7 @@ def resample(mode: str, antialias: bool = False):
 
 
 RESAMPLE = {
-    # Not fuzzed: bicubic with antialias=True, which has no rule (it runs on the CPU fallback).
-    "bicubic": resample("bicubic"),
+    "bicubic": resample("bicubic"), "bicubic_antialias": resample("bicubic", antialias=True),
     "bilinear_antialias": resample("bilinear", antialias=True), "linear": resample("linear"),
     "trilinear": resample("trilinear"), "nearest_exact": resample("nearest-exact"), "area": resample("area"),
     "nearest_scaled": resample("nearest"),

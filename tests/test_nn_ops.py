@@ -646,3 +646,23 @@ def test_weight_norm_is_lowered(module, dim, shape, metrics):
     for p_cpu, p_tpu in zip(cpu.parameters(), tpu.parameters()):
         assert_close(p_tpu.grad.cpu(), p_cpu.grad, rtol=1e-5, atol=1e-5)
     assert fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("size", [(8, 13), (5, 30), (18, 22)])
+def test_antialiased_bicubic_matches_cpu_with_gradients(size, align_corners, dtype):
+    # Keys' cubic filter (a = -0.5) widened by the scale when shrinking, as PyTorch's kernel; no fallback.
+    def interpolate(t):
+        return F.interpolate(t, size=size, mode="bicubic", antialias=True, align_corners=align_corners)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    check(interpolate, [randn(2, 3, 17, 20)], (0,), dtype=dtype, tol=tol)
+
+
+def test_antialiased_bicubic_uint8_images_are_within_1_of_cpu():
+    # CPU weighs uint8 images in fixed point; tpu in float32, rounding and clamping after each dim.
+    image = (torch.rand(1, 3, 32, 40) * 255).to(torch.uint8)
+    expected = F.interpolate(image, size=(8, 13), mode="bicubic", antialias=True)
+    actual = F.interpolate(image.to("tpu"), size=(8, 13), mode="bicubic", antialias=True).cpu()
+    assert actual.dtype == torch.uint8
+    assert (actual.int() - expected.int()).abs().max().item() <= 1

@@ -107,3 +107,25 @@ def test_fused_step_with_a_tensor_learning_rate_is_lowered(kind, lr_device):
     assert any(op.endswith(".tensor_lr") for op in torchtpu.metrics()["ops"])
     for p_tpu, p_cpu in zip(tpu_model.parameters(), cpu_model.parameters()):
         assert_close(p_tpu.cpu(), p_cpu, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [dict(momentum=0.9), dict(momentum=0.9, nesterov=True, weight_decay=0.01)],
+                         ids=["momentum", "nesterov_weight_decay"])
+def test_foreach_sgd_steps_complex_parameters_natively(options):
+    """SGD's foreach path keeps complex parameters complex (Adam and the others step their real views)."""
+    torch.manual_seed(0)
+    start = [torch.randn(3, 4, dtype=torch.complex64), torch.randn(5, dtype=torch.complex64)]
+    grads = [[torch.randn_like(p) for p in start] for _ in range(3)]
+    results = []
+    torchtpu.reset_metrics()
+    for device in ("cpu", "tpu"):
+        params = [torch.nn.Parameter(p.clone().to(device)) for p in start]
+        opt = torch.optim.SGD(params, lr=0.1, foreach=True, **options)
+        for step in grads:
+            for p, g in zip(params, step):
+                p.grad = g.to(device)
+            opt.step()
+        results.append([p.detach().cpu() for p in params])
+    for cpu, tpu in zip(*results):
+        assert_close(tpu, cpu)
+    assert not fallback_ops(), f"CPU fallbacks: {fallback_ops()}"

@@ -105,6 +105,8 @@ CASES.update({
                                                            _long([0, 9], d)),
     "embedding_bag_offsets_order": lambda d: F.embedding_bag(_long([1, 2, 3, 4], d), torch.ones(10, 2, device=d),
                                                              _long([0, 3, 1], d)),
+    "svd_non_finite": lambda d: torch.linalg.svd(torch.tensor([[1.0, float("nan")], [0.0, 1.0]], device=d)),
+    "pinv_nan": lambda d: torch.linalg.pinv(torch.tensor([[1.0, float("nan")], [0.0, 1.0]], device=d)),
     "searchsorted_sorter": lambda d: torch.searchsorted(torch.tensor([3.0, 1.0, 2.0], device=d),
                                                         torch.tensor([2.5], device=d), sorter=_long([1, 2, 7], d)),
     "max_unpool1d": lambda d: F.max_unpool1d(torch.ones(1, 1, 2, device=d), _long([[[0, 99]]], d), 2),

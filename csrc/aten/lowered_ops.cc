@@ -101,6 +101,8 @@
 #include <ATen/ops/_thnn_fused_gru_cell_ops.h>
 #include <ATen/ops/_thnn_fused_lstm_cell_backward_impl_ops.h>
 #include <ATen/ops/_thnn_fused_lstm_cell_ops.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_ops.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_ops.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_backward_ops.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_ops.h>
 #include <ATen/ops/_upsample_nearest_exact1d_backward_ops.h>
@@ -800,6 +802,11 @@ const std::vector<LoweredOp>& lowered_ops() {
       {"_thnn_fused_lstm_cell_backward_impl", &unboxed::register_entry<at::_ops::_thnn_fused_lstm_cell_backward_impl>},
       {"_thnn_fused_lstm_cell_backward_impl.out",
        &unboxed::register_entry<at::_ops::_thnn_fused_lstm_cell_backward_impl_out>},
+      {"_upsample_bicubic2d_aa", &unboxed::register_entry<at::_ops::_upsample_bicubic2d_aa>},
+      {"_upsample_bicubic2d_aa.out", &unboxed::register_entry<at::_ops::_upsample_bicubic2d_aa_out>},
+      {"_upsample_bicubic2d_aa_backward", &unboxed::register_entry<at::_ops::_upsample_bicubic2d_aa_backward>},
+      {"_upsample_bicubic2d_aa_backward.grad_input",
+       &unboxed::register_entry<at::_ops::_upsample_bicubic2d_aa_backward_grad_input>},
       {"_upsample_bilinear2d_aa", &unboxed::register_entry<at::_ops::_upsample_bilinear2d_aa>},
       {"_upsample_bilinear2d_aa.out", &unboxed::register_entry<at::_ops::_upsample_bilinear2d_aa_out>},
       {"_upsample_bilinear2d_aa_backward", &unboxed::register_entry<at::_ops::_upsample_bilinear2d_aa_backward>},

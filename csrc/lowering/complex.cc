@@ -143,6 +143,8 @@ std::vector<Value> lower_fft_c2r(LoweringContext& ctx) {
 }  // namespace
 
 bool handles_complex(const std::string& op) {
+  // A foreach op computes as its per-tensor op does.
+  if (const std::string* element = foreach_element_op(op)) return handles_complex(*element);
   // Rules checked with complex operands and results (tests/test_complex_ops.py); each computes in the
   // output dtype, so real operands are converted to complex first.
   static const std::unordered_set<std::string> rules = {

@@ -178,6 +178,11 @@ std::vector<Value> lower_foreach(LoweringContext& ctx) {
 
 }  // namespace
 
+const std::string* foreach_element_op(const std::string& op) {
+  const auto it = specs().find(op);
+  return it == specs().end() ? nullptr : &it->second.per_tensor_op;
+}
+
 void add_foreach_rules(std::vector<Rule>& table) {
   for (const auto& [name, spec] : specs()) {
     const bool overwrites = name == "aten::_foreach_zero" || name == "aten::_foreach_copy";

@@ -227,6 +227,13 @@ DType accumulation_dtype(DType dtype) {
   return (dtype == DType::kBF16 || dtype == DType::kF16 || is_float8(dtype)) ? DType::kF32 : dtype;
 }
 
+Value finite_elements(Graph& g, Value x) {
+  const std::vector<int64_t> dims = g.type(x).dims;
+  auto finite = [&](Value v) { return g.op("is_finite", {v}, Type{DType::kBool, dims}); };
+  if (!is_complex(g.type(x).dtype)) return finite(x);
+  return g.binary("and", finite(g.real(x)), finite(g.imag(x)));
+}
+
 void check_finite_data_range(LoweringContext& ctx, Value x, Value low, Value high, CheckKind kind,
                              std::vector<int64_t> facts, bool negative_nan) {
   Graph& g = ctx.graph;

@@ -62,6 +62,9 @@ Value contract_dim(Graph& g, Value x, int64_t dim, Value matrix, int64_t matrix_
 // Where the integer `x` lies outside [low, high): bool of x's shape. Value checks of indices and targets use it.
 Value outside_range(Graph& g, Value x, int64_t low, int64_t high);
 
+// Elementwise: whether x is finite (for complex values, both parts), bool of x's shape.
+Value finite_elements(Graph& g, Value x);
+
 // States CPU's check that a histogram's range taken from the 1-d floating `x` (its min `low` and max `high`)
 // is finite: an inf or NaN among the data fails it. The check's value packs both ends as float32 bits (low
 // word: min, high word: max); a NaN makes both ends NaN, negative where CPU prints "-nan".

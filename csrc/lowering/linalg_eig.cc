@@ -154,10 +154,7 @@ std::vector<Value> lower_linalg_eig(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& values = out(ctx, 0);
   Value a = g.convert(ctx.tensor(0), values.dtype);
-  const Type part{complex_part(values.dtype), g.type(a).dims};
-  Value finite = g.binary("and", g.op("is_finite", {g.real(a)}, Type{DType::kBool, part.dims}),
-                          g.op("is_finite", {g.imag(a)}, Type{DType::kBool, part.dims}));
-  ctx.check(CheckKind::kEigNonFinite, g.unary("not", finite));
+  ctx.check(CheckKind::kEigNonFinite, g.unary("not", finite_elements(g, a)));
   if (g.type(a).numel() == 0) return {g.constant(0, values.dtype, values.dims), a};
   Schur schur = complex_schur(g, a);
   return {diagonal_of(g, schur.t), schur_eigenvectors(g, schur)};

@@ -372,6 +372,9 @@ std::vector<Value> lower_linalg_svd(LoweringContext& ctx) {
   const int64_t m = t.dims.end()[-2];
   const int64_t n = t.dims.back();
   const bool wide = m < n;
+  // CPU refuses a NaN in the input (so do pinv, matrix_rank and the 2-norms built on it); an inf gives NaNs.
+  auto nan = [&](Value v) { return g.compare(v, v, ir::Comparison::kNE); };
+  ctx.check(CheckKind::kSvdNonFinite, is_complex(t.dtype) ? g.binary("or", nan(g.real(a)), nan(g.imag(a))) : nan(a));
   // A wide matrix is the adjoint of a tall one: A^H = V S U^H.
   Svd svd = one_sided_jacobi(g, wide ? adjoint_matrix(g, a) : a);
   if (!ctx.boolean(2)) {

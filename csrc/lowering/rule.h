@@ -145,4 +145,8 @@ void add_complex_rules(std::vector<Rule>& table);
 // complex values to any other rule run through the CPU fallback (lowering/complex.cc).
 bool handles_complex(const std::string& op);
 
+// The per-tensor op a foreach op applies to each list element ("aten::_foreach_add.List" ->
+// "aten::add.Tensor"); null for any other op (lowering/foreach.cc).
+const std::string* foreach_element_op(const std::string& op);
+
 }  // namespace torchtpu::lowering

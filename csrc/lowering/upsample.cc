@@ -1,6 +1,6 @@
 // Interpolation: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
-// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, _upsample_bilinear2d_aa, and their
-// backward ops; grid sampling (grid_sampler_{2,3}d and backward) at the end of the file.
+// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, _upsample_bilinear2d_aa,
+// _upsample_bicubic2d_aa, and their backward ops; grid sampling (grid_sampler_{2,3}d and backward) at the end of the file.
 //
 // Every mode is separable: along each spatial dim, output position o reads a few input positions
 // ("taps") with fixed weights. The tap indices and weights depend only on static sizes and scales, so
@@ -31,7 +31,7 @@ struct Taps {
   std::vector<std::vector<double>> used;    // empty: every tap is used; else 1 / 0 per tap and position
 };
 
-enum class Mode { kNearest, kNearestExact, kLinear, kCubic, kLinearAntialias };
+enum class Mode { kNearest, kNearestExact, kLinear, kCubic, kLinearAntialias, kCubicAntialias };
 
 bool has_align_corners(Mode mode) { return mode != Mode::kNearest && mode != Mode::kNearestExact; }
 
@@ -161,16 +161,29 @@ Taps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<doubl
   return taps;
 }
 
-// Antialiased linear (_upsample_bilinear2d_aa): when shrinking, the triangle filter widens by the scale
-// so every input pixel contributes. Output o reads the `used` positions first..first+count-1 with
-// normalized filter weights; the other taps repeat the last position and are masked out. A dim whose size
-// does not change is skipped, as PyTorch's separable kernel does.
+// The antialiasing filters at distance x (in output pixels): the triangle of linear interpolation (half
+// width 1) and Keys' cubic convolution with a = -0.5 (half width 2), as PyTorch's antialiased kernels use.
 template <typename T>
-Taps antialias_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+T antialias_filter(bool cubic, T x) {
+  x = std::abs(x);
+  if (!cubic) return x < T(1) ? T(1) - x : T(0);
+  const T a = T(-0.5);
+  if (x < T(1)) return ((a + T(2)) * x - (a + T(3))) * x * x + T(1);
+  if (x < T(2)) return ((a * x - T(5) * a) * x + T(8) * a) * x - T(4) * a;
+  return T(0);
+}
+
+// Antialiased linear and cubic (_upsample_bilinear2d_aa, _upsample_bicubic2d_aa): when shrinking, the
+// filter widens by the scale so every input pixel contributes. Output o reads the `used` positions
+// first..first+count-1 with normalized filter weights; the other taps repeat the last position and are
+// masked out. A dim whose size does not change is skipped, as PyTorch's separable kernel does.
+template <typename T>
+Taps antialias_taps(bool cubic, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
   Taps taps;
   if (in == out) return taps;
   const T ratio = area_scale<T>(in, out, align_corners, scale);
-  const T support = ratio >= T(1) ? T(1) * ratio : T(1);  // the filter's half width (1 for linear) times the scale
+  const T half_width = cubic ? T(2) : T(1);
+  const T support = ratio >= T(1) ? half_width * ratio : half_width;  // the filter's half width times the scale
   const int64_t widest = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
   const T inverse = ratio >= T(1) ? T(1) / ratio : T(1);
   taps.index.resize(static_cast<size_t>(widest));
@@ -184,8 +197,8 @@ Taps antialias_taps(int64_t in, int64_t out, bool align_corners, std::optional<d
     std::vector<T> weights(static_cast<size_t>(widest), T(0));
     T total = T(0);
     for (int64_t k = 0; k < count; ++k) {
-      const T distance = std::abs((static_cast<T>(k + first) - center + T(0.5)) * inverse);
-      weights[static_cast<size_t>(k)] = distance < T(1) ? T(1) - distance : T(0);
+      weights[static_cast<size_t>(k)] =
+          antialias_filter(cubic, (static_cast<T>(k + first) - center + T(0.5)) * inverse);
       total += weights[static_cast<size_t>(k)];
     }
     for (int64_t k = 0; k < widest; ++k) {
@@ -213,8 +226,11 @@ Taps make_taps(Mode mode, bool wide, bool bf16, int64_t in, int64_t out, bool al
       return wide ? cubic_taps<double>(in, out, align_corners, scale, false)
                   : cubic_taps<float>(in, out, align_corners, scale, bf16);
     case Mode::kLinearAntialias:
-      return wide ? antialias_taps<double>(in, out, align_corners, scale)
-                  : antialias_taps<float>(in, out, align_corners, scale);
+    case Mode::kCubicAntialias: {
+      const bool cubic = mode == Mode::kCubicAntialias;
+      return wide ? antialias_taps<double>(cubic, in, out, align_corners, scale)
+                  : antialias_taps<float>(cubic, in, out, align_corners, scale);
+    }
   }
   return {};
 }
@@ -339,6 +355,10 @@ std::vector<Value> lower_upsample_cubic(LoweringContext& ctx) { return upsample(
 std::vector<Value> lower_upsample_antialias(LoweringContext& ctx) { return upsample(ctx, Mode::kLinearAntialias); }
 std::vector<Value> lower_upsample_antialias_backward(LoweringContext& ctx) {
   return upsample_backward(ctx, Mode::kLinearAntialias);
+}
+std::vector<Value> lower_upsample_cubic_antialias(LoweringContext& ctx) { return upsample(ctx, Mode::kCubicAntialias); }
+std::vector<Value> lower_upsample_cubic_antialias_backward(LoweringContext& ctx) {
+  return upsample_backward(ctx, Mode::kCubicAntialias);
 }
 std::vector<Value> lower_upsample_nearest_backward(LoweringContext& ctx) {
   return upsample_backward(ctx, Mode::kNearest);
@@ -693,6 +713,8 @@ void add_upsample_rules(std::vector<Rule>& table) {
   table.push_back({"aten::_upsample_nearest_exact3d_backward", &lower_upsample_nearest_exact_backward});
   table.push_back({"aten::_upsample_bilinear2d_aa", &lower_upsample_antialias});
   table.push_back({"aten::_upsample_bilinear2d_aa_backward", &lower_upsample_antialias_backward});
+  table.push_back({"aten::_upsample_bicubic2d_aa", &lower_upsample_cubic_antialias});
+  table.push_back({"aten::_upsample_bicubic2d_aa_backward", &lower_upsample_cubic_antialias_backward});
   table.push_back({"aten::grid_sampler_2d", &lower_grid_sampler});
   table.push_back({"aten::grid_sampler_2d_backward", &lower_grid_sampler_backward});
   table.push_back({"aten::grid_sampler_3d", &lower_grid_sampler});

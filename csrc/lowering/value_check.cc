@@ -125,6 +125,8 @@ std::string check_message(CheckKind kind, const std::vector<int64_t>& facts, int
     case CheckKind::kBagOffsetsOrder:
       return "Expected i < index_size to be true, but got false.  (Could this error message be improved?  If so, "
              "please report an enhancement request to PyTorch.)";
+    case CheckKind::kSvdNonFinite:
+      return "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite values.";
     case CheckKind::kHistogramRange:
       return "torch.histogramdd: dimension " + fact(0) + "'s range [" + packed_end(value, 0) + ", " +
              packed_end(value, 32) + "] is not finite";

@@ -49,6 +49,7 @@ enum class CheckKind {
   kBagFirstOffset,       // "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start ..."
   kBagLastOffset,        // facts {input length}: "offsets[-1] can not be greater than input's length 4 but got ..."
   kBagOffsetsOrder,      // "Expected i < index_size to be true, but got false. ..." (decreasing offsets)
+  kSvdNonFinite,         // a NaN: "linalg.svd: The algorithm failed to converge because the input matrix ..."
 };
 
 // One check of a program: its word is i64[3] (failed 0/1, the first failing element's value, its flat
