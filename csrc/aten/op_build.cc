@@ -235,8 +235,9 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
   try {
     check_arguments_on_cpu(op, stack, first);
   } catch (const c10::NotImplementedError&) {
-    // CPU's kernel is a stub (the fused SDPA backward of the "overrideable" backend): it has no verdict.
-    if (refused) throw;
+    // Asked only for mixed floating dtypes, a stub CPU kernel (the fused SDPA backward of the
+    // "overrideable" backend) has no verdict; float8, bool and unsigned refusals are CPU's answer.
+    if (refused || narrow_dtype) throw;
     return;
   }
   if (!refused) return;
