@@ -307,25 +307,9 @@ std::vector<std::vector<int64_t>> sizes_of_mutated(const OpInfo& info, const tor
 // be converted to type uint8_t without overflow".
 void check_scalars_fit(const OpInfo& info, const OpSignature& signature, const torch::jit::Stack& stack,
                        size_t first) {
-  const OutputBinding* result = !signature.functional.empty() ? &signature.functional[0]
-                                : !signature.writes.empty()    ? &signature.writes[0]
-                                                               : nullptr;
-  if (result == nullptr) return;
-  at::ScalarType type = result->dtype;
-  if (type == at::kHalf || type == at::kBFloat16) {
-    const int64_t elements = c10::multiply_integers(result->sizes);
-    switch (info.half_scalars) {
-      case OpInfo::HalfScalars::kChecked: break;
-      case OpInfo::HalfScalars::kAsFloat: type = at::kFloat; break;
-      case OpInfo::HalfScalars::kUnchecked: return;
-      case OpInfo::HalfScalars::kUncheckedForOneElement: if (elements == 1) return; break;
-    }
-  }
-  const bool real = at::isIntegralType(type, /*includeBool=*/true) || at::isFloatingType(type);
-  if (!real || at::isBarebonesUnsignedType(type) || at::isFloat8Type(type)) return;
   for (size_t arg : info.overflow_checked) {
     const c10::IValue& v = stack[first + arg];
-    // Every real dtype holds -127..127 (the common alpha of 1 costs no conversion).
+    // Every real dtype holds -127..127: the common calls (an alpha of 1, a fill of 0) convert nothing.
     if (v.isInt() ? std::abs(v.toInt()) <= 127 : v.isDouble() && std::abs(v.toDouble()) <= 127) continue;
     c10::Scalar value;
     if (v.isScalar()) {
@@ -335,6 +319,20 @@ void check_scalars_fit(const OpInfo& info, const OpSignature& signature, const t
     } else {
       continue;
     }
+    const OutputBinding& result = !signature.functional.empty() ? signature.functional[0] : signature.writes.at(0);
+    at::ScalarType type = result.dtype;
+    if (type == at::kHalf || type == at::kBFloat16) {
+      switch (info.half_scalars) {
+        case OpInfo::HalfScalars::kChecked: break;
+        case OpInfo::HalfScalars::kAsFloat: type = at::kFloat; break;
+        case OpInfo::HalfScalars::kUnchecked: return;
+        case OpInfo::HalfScalars::kUncheckedForOneElement:
+          if (c10::multiply_integers(result.sizes) == 1) return;
+          break;
+      }
+    }
+    const bool real = at::isIntegralType(type, /*includeBool=*/true) || at::isFloatingType(type);
+    if (!real || at::isBarebonesUnsignedType(type) || at::isFloat8Type(type)) return;
     AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, type, "check_scalars_fit",
                                [&] { (void)value.to<scalar_t>(); });
   }

@@ -1,6 +1,7 @@
 // Interpolation: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
 // upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, _upsample_bilinear2d_aa,
-// _upsample_bicubic2d_aa, and their backward ops; grid sampling (grid_sampler_{2,3}d and backward) at the end of the file.
+// _upsample_bicubic2d_aa, and their backward ops; grid sampling (grid_sampler_{2,3}d and backward) at the
+// end of the file.
 //
 // Every mode is separable: along each spatial dim, output position o reads a few input positions
 // ("taps") with fixed weights. The tap indices and weights depend only on static sizes and scales, so
@@ -128,15 +129,14 @@ Taps linear_taps(int64_t in, int64_t out, bool align_corners, std::optional<doub
   return taps;
 }
 
-// Keys' cubic convolution kernel with a = -0.75, for |x| <= 1 and 1 < |x| < 2.
+// Keys' cubic convolution kernel, for |x| <= 1 and 1 < |x| < 2: a = -0.75 for bicubic interpolation, -0.5
+// for its antialiased form, as PyTorch's kernels use.
 template <typename T>
-T cubic_near(T x) {
-  const T a = T(-0.75);
+T cubic_near(T x, T a = T(-0.75)) {
   return ((a + 2) * x - (a + 3)) * x * x + 1;
 }
 template <typename T>
-T cubic_far(T x) {
-  const T a = T(-0.75);
+T cubic_far(T x, T a = T(-0.75)) {
   return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
 }
 
@@ -162,14 +162,13 @@ Taps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<doubl
 }
 
 // The antialiasing filters at distance x (in output pixels): the triangle of linear interpolation (half
-// width 1) and Keys' cubic convolution with a = -0.5 (half width 2), as PyTorch's antialiased kernels use.
+// width 1) and Keys' cubic convolution with a = -0.5 (half width 2).
 template <typename T>
 T antialias_filter(bool cubic, T x) {
   x = std::abs(x);
   if (!cubic) return x < T(1) ? T(1) - x : T(0);
-  const T a = T(-0.5);
-  if (x < T(1)) return ((a + T(2)) * x - (a + T(3))) * x * x + T(1);
-  if (x < T(2)) return ((a * x - T(5) * a) * x + T(8) * a) * x - T(4) * a;
+  if (x < T(1)) return cubic_near(x, T(-0.5));
+  if (x < T(2)) return cubic_far(x, T(-0.5));
   return T(0);
 }
 
