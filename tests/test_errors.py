@@ -387,11 +387,9 @@ def test_random_arguments_cpu_refuses_raise_as_on_cpu(survivor, make):
     lambda d: torch.remainder(torch.tensor([True, False], device=d), True),
     lambda d: torch.clamp(torch.tensor([True, False], device=d), max=True),
     lambda d: True ** torch.tensor([True, False], device=d),
-    lambda d: torch.tensor([1, 2], dtype=torch.uint16, device=d) + 1,
-    lambda d: torch.tensor([1, 2], dtype=torch.uint32, device=d).max(),
-], ids=["fmod", "remainder", "clamp", "number_to_bool_power", "uint16_add", "uint32_max"])
+], ids=["fmod", "remainder", "clamp", "number_to_bool_power"])
 def test_narrow_dtypes_cpu_refuses_raise_as_on_cpu(survivor, make):
-    """The meta kernels take bool and uint16/32/64 tensors in more ops than CPU's kernels do."""
+    """The meta kernels take bool tensors in more ops than CPU's kernels do."""
     assert isinstance(assert_same_error_as_cpu(make), RuntimeError)
     assert_usable(survivor)
 

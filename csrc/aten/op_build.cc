@@ -214,14 +214,12 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
     const std::optional<at::ScalarType> self = dtype_of(0), source = dtype_of(src->second);
     refused = self && source && *self != *source;
   }
-  // CPU's kernels take float8 and uint16/32/64 tensors in a few ops only (copies, cat, comparisons,
-  // indexing; mm and _scaled_mm for float8), and bool tensors in fewer ops than the meta kernels do (not
-  // fmod, remainder, clamp, a number to a bool power); tpu takes the same ones and refuses the rest with
-  // CPU's own error.
+  // CPU's kernels take float8 tensors in a few ops only (copies, cat, comparisons, indexing, mm,
+  // _scaled_mm), and bool tensors in fewer ops than the meta kernels do (not fmod, remainder, clamp, a
+  // number to a bool power); tpu takes the same ones and refuses the rest with CPU's own error.
+  // (uint16/32/64 are not asked: tpu computes with them where CUDA does, tests/test_ops.py.)
   const bool narrow_dtype = any_tensor_argument(stack, first, [](const at::Tensor& t) {
-    if (!t.defined()) return false;
-    const at::ScalarType type = t.scalar_type();
-    return at::isFloat8Type(type) || at::isBarebonesUnsignedType(type) || type == at::kBool;
+    return t.defined() && (at::isFloat8Type(t.scalar_type()) || t.scalar_type() == at::kBool);
   });
   // Floating tensors of two dtypes: many CPU kernels require one (convolution's input and weight, a loss's
   // weight, grid_sample's grid), which the meta kernels leave to the device kernels.
