@@ -91,6 +91,16 @@ def test_nansum(dtype):
     check(lambda t: torch.nansum(t, 1, keepdim=True), x)
 
 
+@pytest.mark.parametrize("dims", [[], ()], ids=["list", "tuple"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_nansum_nanmean_over_an_empty_dim_list_reduce_everything(dims, keepdim):
+    # CPU reduces over every dim; PyTorch's meta kernel reduces over none (its shape failed to compile).
+    x = torch.tensor([[1.0, float("nan")], [2.0, 3.0]])
+    check(lambda t: torch.nansum(t, dims, keepdim=keepdim), x)
+    check(lambda t: torch.nanmean(t, dims, keepdim=keepdim), x)
+    check(lambda t: torch.nansum(t, dims), torch.tensor([[1, 2], [3, 4]], dtype=torch.int16))
+
+
 # ---- var/std --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

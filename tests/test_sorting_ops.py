@@ -80,6 +80,15 @@ def test_median_nan():
     check(lambda t: tuple(torch.median(t, 0)), torch.tensor(3.0))
 
 
+@pytest.mark.parametrize("op", [torch.median, torch.nanmedian], ids=["median", "nanmedian"])
+def test_median_along_an_empty_dim_raises_cpus_index_error(op):
+    with pytest.raises(IndexError, match="Expected reduction dim 0 to have non-zero size"):
+        op(torch.zeros(0, 3, device="tpu"), 0)
+    # The device stays usable, and empty slices along the other dim are fine, as on CPU.
+    check(lambda t: tuple(op(t, 0)), torch.zeros(3, 0))
+    check(op, torch.zeros(0))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_mode(dtype):
     # The smallest of the most frequent values, at its last position.

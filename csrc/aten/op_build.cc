@@ -130,10 +130,14 @@ void check_arguments_on_cpu(const c10::OperatorHandle& op, const torch::jit::Sta
 // statistics in the input's dtype (the meta kernel says float32); an unbatched multilabel_margin_loss with
 // reduction='none' is 0-d on CPU ([1] says the meta kernel); geqrf, histogramdd's ops and lstsq have no
 // meta kernel. Their outputs are shaped by running CPU on stand-ins instead, so tpu returns what CPU does.
-// So is a bool tensor to a bool power, which stays bool on CPU (the meta kernel says int64).
+// So is a bool tensor to a bool power, which stays bool on CPU (the meta kernel says int64), and nansum
+// over an empty dim list, which CPU reduces over every dim (the meta kernel over none).
 bool shaped_on_cpu(const std::string& name, const torch::jit::Stack& stack, size_t first) {
   if (name == "aten::pow.Tensor_Scalar") {
     return stack[first].toTensor().scalar_type() == at::kBool && stack[first + 1].isBool();
+  }
+  if (name == "aten::nansum" || name == "aten::nansum.out") {
+    return stack[first + 1].isIntList() && stack[first + 1].toDimVector().empty();
   }
   static const std::unordered_set<std::string> ops = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",

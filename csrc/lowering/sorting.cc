@@ -191,7 +191,7 @@ std::pair<Value, Value> median_of(LoweringContext& ctx, const Slices& in, bool s
   const Type t = g.type(in.x);
   const int64_t n = t.dims[static_cast<size_t>(in.dim)];
   if (n == 0) {
-    // Only the full median reaches here (median.dim rejects an empty dim): CPU gives NaN, and for
+    // Only the full median reaches here (dim_median refuses an empty dim): CPU gives NaN, and for
     // integers that NaN converted as x86 does (the lowest int64/int32; narrower types keep its low bits, 0).
     Value value = g.constant_int(0, t.dtype);
     if (is_floating(t.dtype)) value = g.constant(std::numeric_limits<double>::quiet_NaN(), t.dtype);
@@ -227,7 +227,11 @@ std::vector<Value> lower_nanmedian(LoweringContext& ctx) {
 
 // median.dim(self, dim, keepdim) -> (values, indices), and nanmedian.dim
 std::vector<Value> dim_median(LoweringContext& ctx, bool skip_nan) {
-  auto [values, indices] = median_of(ctx, slices(ctx, 1), skip_nan);
+  const Slices in = slices(ctx, 1);
+  if (ctx.graph.type(in.x).dims[static_cast<size_t>(in.dim)] == 0) {
+    throw std::invalid_argument("median along a dim of size 0");  // CPU's IndexError reaches the user
+  }
+  auto [values, indices] = median_of(ctx, in, skip_nan);
   return {ctx.graph.reshape(values, out(ctx, 0).dims), ctx.graph.reshape(indices, out(ctx, 1).dims)};
 }
 std::vector<Value> lower_median_dim(LoweringContext& ctx) { return dim_median(ctx, false); }
