@@ -120,6 +120,24 @@ def test_resize_and_out_into_view():
     assert x.shape == (3, 2)
 
 
+def test_resize_to_the_same_sizes_keeps_strides_as_cpu():
+    for device in ("cpu", "tpu"):
+        x = torch.arange(6.0, device=device).view(2, 3).t()
+        x.resize_(3, 2)
+        assert x.stride() == (1, 3)
+        assert x.cpu().tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+        with pytest.raises(RuntimeError, match="Unsupported memory format"):
+            x.resize_(3, 2, memory_format=torch.preserve_format)
+
+
+def test_empty_results_keep_the_meta_kernels_strides():
+    # An empty tensor counts as contiguous in every layout; its strides still follow the asked format.
+    for shape in [(0, 3, 2, 2), (2, 3, 0, 2)]:
+        cpu = torch.zeros(shape).contiguous(memory_format=torch.channels_last)
+        tpu = torch.zeros(shape, device="tpu").contiguous(memory_format=torch.channels_last)
+        assert tpu.stride() == cpu.stride()
+
+
 @pytest.mark.parametrize("view", [
     lambda t, j: t[:, :, j:j + 3],                # rows with slack; at j = 2 the view ends where the storage does
     lambda t, j: t[:, 1:5, j:],                   # shrinking rows

@@ -667,6 +667,10 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
         binding.strides = functional_meta[r].strides().vec();
         for (size_t d = 0; d < order.size(); ++d) binding.buffer_dims[d] = outputs[r].dims[order[d]];
         value = g.transpose(value, order);
+      } else if (functional_meta[r].defined() && functional_meta[r].numel() == 0) {
+        // An empty tensor counts as contiguous whatever its strides; it keeps the meta kernel's (a
+        // channels-last clone of an empty batch is channels-last on CPU too).
+        binding.strides = functional_meta[r].strides().vec();
       }
       signature->functional.push_back(binding);
     } else {

@@ -67,10 +67,14 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
-  const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(), self.storage_offset());
-  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
-  if (memory_format.has_value() && *memory_format != at::MemoryFormat::Preserve) {
+  // As CPU: a resize to the current sizes keeps the strides (a transposed tensor stays transposed).
+  if (self.sizes() != size) {
+    impl->set_sizes_contiguous(size);
+    const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(), self.storage_offset());
+    if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  }
+  if (memory_format.has_value()) {
+    TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve, "Unsupported memory format", *memory_format);
     impl->empty_tensor_restride(*memory_format);
   }
   return self;
