@@ -144,6 +144,24 @@ def test_elapsed_time_measures_the_device_work_between_events():
     assert start.elapsed_time(plain) >= elapsed
 
 
+def test_elapsed_time_refuses_events_of_two_devices():
+    result = run_python("""
+        import torch, torchtpu
+        start = torch.tpu.Event(enable_timing=True)
+        start.record()
+        with torch.tpu.device(1):
+            end = torch.tpu.Event(enable_timing=True)
+            end.record()
+        end.synchronize()
+        try:
+            start.elapsed_time(end)
+        except RuntimeError as e:
+            assert "different devices, tpu:0 and tpu:1" in str(e), e
+            print("OK")
+    """, TORCHTPU_NUM_DEVICES="2")
+    assert result.stdout.strip().endswith("OK"), result.stderr[-2000:]
+
+
 def test_elapsed_time_needs_timing_events():
     start, end = torch.tpu.Event(), torch.tpu.Event(enable_timing=True)
     start.record()

@@ -39,6 +39,22 @@ def test_device_oom_raises_out_of_memory_error_and_process_continues():
     torch.testing.assert_close(torch.ones(4, device="tpu").sum().cpu(), torch.tensor(4.0))
 
 
+def test_an_allocation_failing_inside_an_asynchronous_execution_is_out_of_memory_too():
+    # The plugin reports these as INTERNAL "Out of memory allocating N bytes" when the program runs, at the
+    # sync or the read that waits for it; code written for CUDA catches torch.OutOfMemoryError there.
+    survivor = torch.arange(6.0, device="tpu")
+    with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 3.64 TiB.*asynchronous execution"):
+        failed = torch.randn(10**12, device="tpu")
+        torch.tpu.synchronize()
+    del failed
+    with pytest.raises(torch.OutOfMemoryError, match=r"\(in copy to the host\)"):
+        (torch.ones(10**6, 1, device="tpu") @ torch.ones(1, 10**6, device="tpu")).sum().item()
+    with pytest.raises(torch.OutOfMemoryError):  # the failed product is reported at the next sync too
+        torch.tpu.synchronize()
+    torch.tpu.synchronize()
+    torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
+
+
 def test_memory_limit_refuses_before_running_and_names_the_figures():
     torch.tpu.synchronize()
     live = torch.tpu.memory_allocated()

@@ -234,6 +234,32 @@ def test_multiprocessing_queues_carry_tpu_tensors_by_value():
         ForkingPickler.dumps(weight * 2)  # torch's rule: autograd history does not cross processes
 
 
+SPAWN_WITH_TENSOR_ARGUMENT = """
+import torch, torchtpu, torch.multiprocessing as mp
+
+def child(rank, tensor, queue):
+    queue.put((tensor.device.type, tensor.cpu().tolist()))
+
+if __name__ == "__main__":
+    queue = mp.get_context("spawn").Queue()
+    mp.spawn(child, args=(torch.arange(6.0, device="tpu")[1:4], queue), nprocs=1)
+    assert queue.get(timeout=120) == ("tpu", [1.0, 2.0, 3.0])
+    print("OK")
+"""
+
+
+def test_a_spawned_process_receives_tpu_tensor_arguments(tmp_path):
+    """mp.spawn pickles its arguments before the child reads them: a host copy shared through CPU memory was
+    freed by then ("unable to resize file"), so the values travel inside the message."""
+    from helpers import run_python
+
+    script = tmp_path / "spawn_argument.py"  # spawn pickles functions by module: they must live in a file
+    script.write_text(SPAWN_WITH_TENSOR_ARGUMENT)
+    result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("OK")
+
+
 def test_a_dataloader_worker_can_return_tpu_tensors():
     """The parent has not used tpu yet, so the forked worker may; its batches come back on tpu (they were
     dropped and the loader waited forever)."""

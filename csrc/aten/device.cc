@@ -82,6 +82,10 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     const auto* first = static_cast<const runtime::QueueMark*>(start);
     const auto* second = static_cast<const runtime::QueueMark*>(end);
+    // Each device keeps its own queue and clock of finished work, so marks of two devices have no interval
+    // (CUDA refuses the pair too).
+    TORCH_CHECK(first->device() == second->device(), "elapsed_time: the events were recorded on different devices, tpu:",
+                first->device(), " and tpu:", second->device());
     return std::chrono::duration<double, std::milli>(second->reached_at() - first->reached_at()).count();
   }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {

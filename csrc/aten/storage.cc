@@ -209,7 +209,11 @@ at::Tensor download(const at::Tensor& tensor) {
   const runtime::BufferPtr buffer = storage_buffer(tensor);
   at::Tensor flat = at::empty({buffer->numel()}, at::TensorOptions().dtype(to_scalar_type(buffer->dtype())));
   record_transfer(/*to_device=*/false, buffer->nbytes());
-  runtime::download(*buffer, flat.mutable_data_ptr());
+  try {
+    runtime::download(*buffer, flat.mutable_data_ptr());
+  } catch (const runtime::PjrtError& e) {
+    throw_device_error("copy to the host", e);  // an allocation failed in the producer: torch.OutOfMemoryError
+  }
   // Reinterpret the bytes as the tensor's dtype and apply its view geometry on the host.
   at::Tensor typed = flat.scalar_type() == tensor.scalar_type() ? flat : flat.view(tensor.scalar_type());
   at::Tensor host = typed.as_strided(tensor.sizes(), tensor.strides(), tensor.storage_offset());

@@ -4,9 +4,11 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "runtime/error.h"
@@ -296,8 +298,29 @@ void download(const Buffer& buffer, void* dst) {
   // An error here comes from the producer (or from an op whose result it read), which ran asynchronously.
   const std::string what = buffer.producer() == nullptr ? std::string("device-to-host transfer")
                                                         : "device-to-host transfer of a result of " + *buffer.producer();
-  await_event(p.api, args.event, what.c_str());
+  try {
+    await_event(p.api, args.event, what.c_str());
+  } catch (const OutOfMemory&) {
+    throw;
+  } catch (const PjrtError& e) {
+    throw_execution_error(e, buffer.device());
+  }
   exit_gate();
+}
+
+void throw_execution_error(const PjrtError& error, int device) {
+  const std::string text = error.what();
+  static constexpr std::string_view kAllocationFailed = "Out of memory allocating ";
+  const size_t at = text.find(kAllocationFailed);
+  if (error.code() != kResourceExhausted && at == std::string::npos) throw error;
+  int64_t requested = -1;
+  if (at != std::string::npos) {
+    const char* digits = text.c_str() + at + kAllocationFailed.size();
+    char* end = nullptr;
+    const long long parsed = std::strtoll(digits, &end, 10);
+    if (end != digits) requested = parsed;
+  }
+  throw_out_of_memory(device, requested, text);
 }
 
 void check_allocation(const PJRT_Api* api, PJRT_Error* error, const char* what, int device, int64_t requested) {

@@ -92,6 +92,7 @@ class QueueMark {
   // When the mark was reached: the later of when it was made and when its last execution finished (never
   // before a mark made earlier on the device). Call once reached().
   Clock::time_point reached_at() const;
+  int device() const { return device_; }
 
   struct State;  // shared with the plugin's completion callbacks, which may outlive the mark
 

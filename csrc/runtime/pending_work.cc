@@ -178,7 +178,7 @@ void synchronize(int device) {
   for (const PendingExecution& execution : finished) destroy_event(api, execution.done);
   destroy_handles(api, released);
   exit_gate();
-  if (first_error) throw *first_error;
+  if (first_error) throw_execution_error(*first_error, device);
 }
 
 // ---- queue marks (device events) ---------------------------------------------------------------------

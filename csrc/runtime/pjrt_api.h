@@ -60,6 +60,11 @@ void destroy_after_queued_work(int device, PJRT_Buffer* donated);
 // and the device's live and peak bytes.
 void check_allocation(const PJRT_Api* api, PJRT_Error* error, const char* what, int device, int64_t requested);
 
+// Rethrows the failure of an asynchronous execution on `device`. An allocation that failed inside it (the CPU
+// plugin says INTERNAL "... Out of memory allocating N bytes", where a launch-time one is RESOURCE_EXHAUSTED)
+// becomes OutOfMemory, so users catch torch.OutOfMemoryError as on CUDA.
+[[noreturn]] void throw_execution_error(const PjrtError& error, int device);
+
 // Throws OutOfMemory when `requested` more bytes would pass the limit set for `device` (set_memory_limit).
 // Called before an execution or transfer starts, so a refused one leaves nothing half done.
 void check_memory_limit(int device, int64_t requested);

@@ -9,8 +9,10 @@ returns it on tpu, as a CUDA storage comes back on CUDA.
 Multiprocessing queues (DataLoader workers, ``torch.multiprocessing``) pickle with torch's own reducers,
 which share a storage through a file descriptor and refuse any but a CPU or CUDA one: the worker printed
 "_share_fd_: only available on CPU", dropped the batch and the main process waited forever. A tpu tensor
-crosses a queue by value instead (its values through CPU shared memory, back on the same tpu device index
-in the receiver); CUDA shares the memory itself, which a PJRT buffer cannot.
+crosses a queue by value instead (its bytes inside the message, back on the same tpu device index in the
+receiver); CUDA shares the memory itself, which a PJRT buffer cannot. The bytes travel in the message, not
+through CPU shared memory: the host copy would be freed once pickled, before a spawned process's arguments
+are read (the child failed with "unable to resize file").
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def _reduce_through_zipfile(original):
     return __reduce__
 
 
-def _rebuild_from_host(host: torch.Tensor, index: int, requires_grad: bool, parameter: bool) -> torch.Tensor:
+def _rebuild_from_bytes(data: bytes, index: int, requires_grad: bool, parameter: bool) -> torch.Tensor:
+    host = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     tensor = host.to(torch.device("tpu", index))
     if parameter:
         return torch.nn.Parameter(tensor, requires_grad=requires_grad)
@@ -47,8 +50,10 @@ def _reduce_for_queue(tensor: torch.Tensor):
     if tensor.requires_grad and not tensor.is_leaf:
         # torch's own rule for any device: autograd history cannot cross processes
         return reductions.reduce_tensor(tensor)
-    return (_rebuild_from_host, (tensor.detach().cpu(), tensor.device.index, tensor.requires_grad,
-                                 isinstance(tensor, torch.nn.Parameter)))
+    data = io.BytesIO()
+    torch.save(tensor.detach().cpu(), data)
+    return (_rebuild_from_bytes, (data.getvalue(), tensor.device.index, tensor.requires_grad,
+                                  isinstance(tensor, torch.nn.Parameter)))
 
 
 def install() -> None:
