@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "aten/device.h"
+#include "aten/device_error.h"
 #include "aten/fused.h"
 #include "aten/generator.h"
 #include "aten/storage.h"
@@ -213,7 +214,11 @@ void check_device_index(int index) {
 void synchronize_device(int device) {
   check_device_index(device);
   flush_trace("synchronize");
-  runtime::synchronize(device);
+  try {
+    runtime::synchronize(device);
+  } catch (const runtime::PjrtError& e) {
+    throw_device_error("synchronize", e);  // torch.OutOfMemoryError for an allocation that failed while running
+  }
   raise_value_errors(device);
 }
 

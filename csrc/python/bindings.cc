@@ -21,7 +21,6 @@
 #include "eager/driver.h"
 #include "lowering/rule.h"
 #include "runtime/buffer.h"
-#include "runtime/error.h"
 #include "runtime/plugin.h"
 
 namespace py = pybind11;
@@ -36,8 +35,6 @@ auto translate(Fn&& fn) -> decltype(fn()) {
     return fn();
   } catch (const c10::Error&) {
     throw;
-  } catch (const runtime::OutOfMemory& e) {  // torch.OutOfMemoryError, as CUDA raises
-    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
   } catch (const std::exception& e) {
     throw std::runtime_error(e.what());
   }
