@@ -91,8 +91,24 @@ def test_unknown_compile_mode_and_options_are_refused():
     with pytest.raises(Exception, match="unknown mode 'fastest'"):
         torch.compile(model, backend="tpu", mode="fastest")(x)
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="takes no options"):
+    with pytest.raises(Exception, match=r"takes no options, got \['trace.enabled'\]"):
         torch.compile(model, backend="tpu", options={"trace.enabled": True})(x)
+
+
+def test_torch_cond_backward_follows_each_calls_branch():
+    """The backward graph reads the saved predicate on the host: its capture must not replay one branch."""
+    def f(x, p):
+        return torch.cond(p.sum() > 0, lambda x: x.sin() * 2, lambda x: x.cos() - 1, (x,))
+
+    compiled = torch.compile(f, backend="tpu")
+    x = torch.tensor([0.5, 1.0, -0.3])
+    for sign in (1.0, -1.0, 1.0, -1.0):
+        p = torch.tensor([sign])
+        xc = x.clone().requires_grad_()
+        f(xc, p).sum().backward()
+        xt = x.to("tpu").requires_grad_()
+        compiled(xt, p.to("tpu")).sum().backward()
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad, **TOL)
 
 
 def test_compiled_gpt_training_step_with_compiled_adamw_matches_cpu_and_settles():

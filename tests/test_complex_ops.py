@@ -65,6 +65,35 @@ def test_lazy_conj_and_neg_views_mean_their_values(metrics):
     assert fallback_ops() == {}
 
 
+def test_writes_through_conj_and_neg_views_and_conj_physical_(metrics):
+    """A write through a lazy conj()/neg view lands conjugated/negated in the storage, as on CPU."""
+    x = crandn(2, 3)
+    results = []
+    for device in ("cpu", TPU):
+        t = x.clone().to(device)
+        c = t.conj()
+        c[0, 0] = 1 + 2j  # t[0, 0] becomes 1 - 2j
+        c[1].add_(1j)
+        t.conj().imag[0, 1:] = 5.0  # a negative-bit float view: t's imaginary parts become -5
+        u = x.clone().to(device).conj_physical_()
+        results.append((t.cpu(), u.cpu()))
+    for got, expected in zip(results[1], results[0]):
+        assert_close(got, expected)
+    assert fallback_ops() == {}
+
+
+def test_nan_tests_casts_to_bool_and_base_logs_at_special_values(metrics):
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([complex(nan, 1), complex(1, nan), complex(nan, nan), 1 + 1j, 0j, 1j, 0.5])
+    t = x.to(TPU)
+    assert torch.equal(t.isnan().cpu(), x.isnan())
+    assert torch.equal(t.bool().cpu(), x.bool())  # true where either part is nonzero
+    logs = torch.tensor([0j, complex(inf, 0), 1 + 2j])
+    for log in (torch.log2, torch.log10):
+        assert_close(log(logs.to(TPU)).cpu(), log(logs))  # a 0 imaginary part at 0 and inf, not NaN
+    assert fallback_ops() == {}
+
+
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_arithmetic_reductions_and_products_run_natively(dtype, metrics):
     x, y, w = crandn(4, 6, dtype=dtype), crandn(4, 6, dtype=dtype), crandn(6, 3, dtype=dtype)

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torchtpu
 from helpers import assert_usable, run_python
@@ -143,7 +144,8 @@ def test_set_device_out_of_range(survivor):
     lambda: torch.ones(2, dtype=torch.complex32, device="tpu"),
     lambda: torch.ones(2, dtype=torch.complex32).to("tpu"),
     lambda: torch.ones(2, device="tpu").to(torch.complex32),
-], ids=["factory", "cpu_to", "cast"])
+    lambda: torch.ones(2, dtype=torch.float16, device="tpu") + 1j,
+], ids=["factory", "cpu_to", "cast", "half_plus_complex"])
 def test_unsupported_dtype(survivor, make):
     with pytest.raises((TypeError, RuntimeError)) as info:
         make()
@@ -204,6 +206,41 @@ def test_writes_of_another_dtype_raise_as_on_cpu(survivor, write):
 
     assert isinstance(assert_same_error_as_cpu(run), RuntimeError)
     torch.testing.assert_close(ints["tpu"].cpu(), torch.ones(3, dtype=torch.int64))
+    assert_usable(survivor)
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: torch.histc(torch.tensor([1, 2], device=d), bins=4),
+    lambda d: torch.multinomial(torch.tensor([1, 2], device=d), 1),
+    lambda d: torch.randperm(300, dtype=torch.uint8, device=d),
+    lambda d: torch.randperm(5000, dtype=torch.float16, device=d),
+    lambda d: F.nll_loss(torch.randn(3, 4, device=d), torch.tensor([1, 2, 3], device=d).int()),
+    lambda d: F.binary_cross_entropy(torch.rand(2, device=d), torch.tensor([0, 1], device=d)),
+    lambda d: F.smooth_l1_loss(torch.ones(2, device=d), torch.zeros(2, device=d), beta=-1.0),
+    lambda d: F.conv_transpose2d(torch.randn(1, 2, 2, 3, device=d), torch.randn(2, 1, 3, 3, device=d), stride=2,
+                                 output_padding=2),
+], ids=["histc_long", "multinomial_long", "randperm_uint8_300", "randperm_half_5000", "nll_loss_int32_target",
+        "bce_long_target", "smooth_l1_negative_beta", "conv_transpose_output_padding"])
+def test_arguments_cpu_kernels_check_are_checked(survivor, call):
+    """Checks CPU's kernels make that the meta kernels leave out: CPU's exception and words."""
+    assert_same_error_as_cpu(call)
+    assert_usable(survivor)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("write", [
+    lambda x, c: x.add_(c), lambda x, c: x.sub_(c), lambda x, c: x.add_(1j),
+], ids=["add_", "sub_", "add_complex_scalar"])
+def test_complex_results_into_a_real_tensor_raise_as_on_cpu(survivor, dtype, write):
+    """A complex result must not lose its imaginary part in a real tensor written in place."""
+    reals = {}
+
+    def run(device):
+        reals[device] = torch.ones(3, dtype=dtype, device=device)
+        write(reals[device], torch.ones(3, dtype=torch.complex64, device=device))
+
+    assert isinstance(assert_same_error_as_cpu(run), RuntimeError)
+    torch.testing.assert_close(reals["tpu"].cpu(), torch.ones(3, dtype=dtype))
     assert_usable(survivor)
 
 

@@ -211,6 +211,20 @@ def test_nll_loss_unbatched_and_ignore_outside_classes():
     check(lambda x, t: F.nll_loss(x, t), [randn(4, 5), torch.tensor([0, -100, 4, 2])], (0,))
 
 
+@pytest.mark.parametrize("loss", [
+    lambda x, t: F.nll_loss(x.log_softmax(1), t, ignore_index=1),
+    lambda x, t: F.cross_entropy(x, t, ignore_index=1, weight=torch.ones(5, device=x.device), label_smoothing=0.1),
+    lambda x, t: F.cross_entropy(x[0], t[0], ignore_index=1),
+], ids=["nll_loss", "cross_entropy_weight_smoothing", "cross_entropy_unbatched"])
+def test_loss_of_only_ignored_targets_has_zero_gradient(loss):
+    """A fully padded batch: the mean is NaN (0 / 0), the gradient 0 as on CPU, never NaN."""
+    check(loss, [randn(3, 5), torch.tensor([1, 1, 1])], (0,), tol=dict(F32, equal_nan=True))
+
+
+def test_hardswish_gradient_at_its_boundaries():
+    check(F.hardswish, [torch.tensor([-3.0, 3.0, -3.5, 3.5, 0.5])], (0,))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cross_entropy(dtype):
     check(lambda x, t: F.cross_entropy(x, t), [randn(8, 10) * 3, torch.randint(0, 10, (8,))], (0,), dtype)

@@ -95,6 +95,15 @@ def test_integer_division_is_true_division():
     check(lambda x, y: torch.div(x, y, rounding_mode="trunc"), a.float(), b.float())
 
 
+def test_floor_division_of_floats_follows_cpu_at_the_edges():
+    """CPU computes from fmod, as Python's `//`: inf // 2 is NaN, a zero quotient keeps its sign."""
+    inf = float("inf")
+    a = torch.tensor([inf, -inf, 7.0, -7.0, 1e30, 5.0, 0.3, -0.0, 0.0, 1.0])
+    b = torch.tensor([2.0, 2.0, -2.0, 2.0, 3.0, 0.0, 0.1, 3.0, -3.0, inf])
+    check(lambda x, y: torch.div(x, y, rounding_mode="floor"), a, b, equal_nan=True)
+    check(lambda x: torch.floor_divide(x, 2.0), a, equal_nan=True)
+
+
 def test_where_and_clamp():
     a, b = randn(4, 5), randn(4, 5)
     check(lambda c, x, y: torch.where(c, x, y), a > 0, a, b)

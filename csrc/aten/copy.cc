@@ -2,10 +2,12 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_conj_physical.h>
+#include <ATen/ops/_neg_view.h>
+#include <ATen/ops/all.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/eq.h>
-#include <ATen/ops/all.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "aten/op_kernel.h"
@@ -43,11 +45,24 @@ at::Tensor download_view(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.numel() == 0) return self;
-  // Programs read a source's conj()/neg bits (aten/op_build.cc) but write plain storages.
-  TORCH_CHECK_NOT_IMPLEMENTED(!is_tpu(self) || (!self.is_conj() && !self.is_neg()),
-                              "copy_ into a conjugate or negative view of a tpu tensor");
+  if (is_tpu(self) && (self.is_conj() || self.is_neg())) {
+    // Programs read a source's conj()/neg bits (aten/op_build.cc) but write plain storages: a write through
+    // a lazy conj()/neg view stores the conjugate / negation of the values in the view without the bits.
+    at::Tensor plain = self;
+    at::Tensor values = src;
+    if (plain.is_conj()) {
+      plain = plain.conj();  // the conj of a conj view is the plain view of the same elements
+      values = values.conj();
+    }
+    if (plain.is_neg()) {
+      plain = at::_neg_view(plain);
+      values = values.neg();
+    }
+    copy_(plain, values, non_blocking);
+    return self;
+  }
   if (is_tpu(self) && is_tpu(src)) {
     if (self.device() == src.device()) {
       copy_on_device(self, src);
@@ -102,6 +117,13 @@ bool equal(const at::Tensor& self, const at::Tensor& other) {
   if (self.sizes() != other.sizes()) return false;
   // Elementwise on the device (NaN is unequal, dtypes promote as in eq); one bool comes back.
   return at::eq(self, other).all().item<bool>();
+}
+
+// conj_physical_: PyTorch's kernel calls CPU's and CUDA's conj stub directly. A write of the conjugate,
+// through copy_ (so a conj view's bit is honoured).
+at::Tensor& conj_physical_(at::Tensor& self) {
+  if (self.is_complex()) copy_(self, at::_conj_physical(self), false);
+  return self;
 }
 
 }  // namespace torchtpu::aten

@@ -54,6 +54,7 @@ struct Trace {
   // may take the buffer over (donation), as an in-place update does in strict mode.
   std::unordered_map<const c10::StorageImpl*, int> original_external;
   cache::ProgramKey key;  // op ids and wiring, as recorded
+  bool capturing = false;  // begun by begin_capture(): any flush ends the capture, even of no ops
 };
 
 // TORCHTPU_FUSED_OP_BY_OP=1 runs every trace op by op: tells a fusion problem from a recording one.
@@ -496,7 +497,12 @@ std::unique_lock<std::recursive_mutex> lock_trace() { return std::unique_lock<st
 void flush_trace(const char* reason) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   Trace& t = current();
-  if (t.ops.empty()) return;
+  if (t.ops.empty()) {
+    // A compiled graph's capture that something flushed (a host read, a data-dependent shape) no longer
+    // describes the graph, even when no op had been recorded yet: end_capture finds another trace.
+    if (t.capturing) t = Trace{};
+    return;
+  }
   Trace trace = std::move(t);
   t = Trace{};
   count_flush(reason);
@@ -508,7 +514,13 @@ uint64_t begin_capture() {
   flush_trace("compiled graph");
   Trace& t = current();
   t.id = next_trace_id();
+  t.capturing = true;
   return t.id;
+}
+
+void end_capture_at_host_read() {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  if (current().capturing) flush_trace("host read");
 }
 
 std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text) {

@@ -92,6 +92,10 @@ struct FlushedTrace {
 // Flushes the current trace and starts an empty one; returns its id. Ops recorded until
 // end_capture(id) form one trace unless something flushes it on the way.
 uint64_t begin_capture();
+// A host read of a tpu value (already computed or not) while a capture records: the value steers the host
+// (a torch.cond predicate, a Python branch) in a way a replay would not repeat, so the capture ends (the
+// graph runs recorded instead of replayed).
+void end_capture_at_host_read();
 // Runs the trace begun by begin_capture(id) and describes it (`want_text`: with its program's text), or
 // returns nothing (and runs whatever was recorded) when that trace was flushed before.
 std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text = false);

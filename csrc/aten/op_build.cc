@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <cstdlib>
 #include <unordered_map>
@@ -193,8 +194,8 @@ bool any_tensor_argument(const torch::jit::Stack& stack, size_t first, Test test
 }
 
 // The dtype checks of CPU's kernels that these ops' meta kernels leave out, so tpu would compute what CPU
-// refuses: mul_/addcmul_/addcdiv_ writing a promoted result into a narrower tensor (an int tensor times a
-// float), and the index ops whose source must have self's dtype. Runs when a program is built; the key holds
+// refuses: add_/sub_/mul_/addcmul_/addcdiv_ writing a promoted result into a narrower tensor (an int tensor
+// times a float, a float tensor plus a complex one), and the index ops whose source must have self's dtype. Runs when a program is built; the key holds
 // every dtype, so a cached program never needs it. A failing check reruns CPU for its exact words.
 // (index_put checks in its kernel, which sees the mask indices this function would not.)
 void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
@@ -202,7 +203,8 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
   const std::string& qualified = op.schema().name();  // "aten::mul_": no overload name
   std::string base = qualified.substr(qualified.find("::") + 2);
   if (!base.empty() && base.back() == '_') base.pop_back();
-  static const std::unordered_map<std::string, size_t> promoted_inputs = {{"mul", 2}, {"addcmul", 3}, {"addcdiv", 3}};
+  static const std::unordered_map<std::string, size_t> promoted_inputs = {
+      {"add", 2}, {"sub", 2}, {"mul", 2}, {"addcmul", 3}, {"addcdiv", 3}};
   static const std::unordered_map<std::string, size_t> source_arg = {
       {"index_add", 3}, {"index_copy", 3}, {"index_reduce", 3}, {"put", 2}};
   auto dtype_of = [&](size_t arg) {
@@ -244,6 +246,35 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
   }
   if (!refused) return;
   TORCH_CHECK(false, info.name, ": the dtypes of its arguments do not match as CPU's kernel requires");
+}
+
+// CPU's kernels check arguments that the meta kernels do not: a loss's target dtype, histc's input dtype,
+// smooth_l1's beta, a transposed convolution's output_padding, multinomial's input dtype, the n randperm
+// can count to in its dtype. Asked when a program is built (the key holds every dtype, shape and
+// compile-time value they look at), mostly by running CPU on stand-ins.
+void check_arguments_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
+                            size_t first) {
+  static const std::unordered_set<std::string> stand_in_checked = {
+      "aten::histc", "aten::histc.out", "aten::nll_loss_forward", "aten::nll_loss_forward.output",
+      "aten::nll_loss2d_forward", "aten::nll_loss2d_forward.output", "aten::binary_cross_entropy",
+      "aten::binary_cross_entropy.out", "aten::smooth_l1_loss", "aten::smooth_l1_loss.out"};
+  const bool transposed_convolution = info.name == "aten::convolution" && stack[first + 6].toBool();
+  if (stand_in_checked.count(info.name) != 0 || transposed_convolution) check_arguments_on_cpu(op, stack, first);
+  if (info.name == "aten::multinomial") {  // zeros would fail its checks of the values
+    const at::ScalarType type = stack[first].toTensor().scalar_type();
+    TORCH_CHECK(at::isFloatingType(type), "multinomial only supports floating-point dtypes for input, got: ", type);
+  }
+  if (info.name == "aten::randperm.generator_out") {
+    const int64_t n = stack[first].toInt();
+    const at::ScalarType type = stack[first + 2].toTensor().scalar_type();
+    (void)at::scalar_tensor(n > 0 ? n - 1 : n, at::TensorOptions().dtype(type));  // CPU's overflow error
+    int64_t limit = std::numeric_limits<int64_t>::max();  // floating types count exactly up to 2^digits + 1
+    if (type == at::kHalf) limit = (int64_t{1} << 11) + 1;
+    if (type == at::kBFloat16) limit = (int64_t{1} << 8) + 1;
+    if (type == at::kFloat) limit = (int64_t{1} << 24) + 1;
+    if (type == at::kDouble) limit = (int64_t{1} << 53) + 1;
+    TORCH_CHECK(n <= limit, "n cannot be greater than ", limit, " for ", type, " type.");
+  }
 }
 
 // Builds the program's graph and its parameter plan. Every parameter gets one ParamSource, in creation
@@ -543,6 +574,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     if (real.toTensor().sizes() != meta.sizes()) real.toTensor().resize_(meta.sizes());
   }
   check_dtypes_as_cpu(op, info, stack, first);
+  check_arguments_as_cpu(op, info, stack, first);
   const std::vector<WriteTarget> targets = write_targets(info, stack, first);
   for (const WriteTarget& target : targets) outputs.push_back(ir_type(target.tensor));
   if (!lowering::handles_complex(info.rule->op) && has_complex(stack, first, outputs)) throw RunsOnCpu{};

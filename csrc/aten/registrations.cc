@@ -39,6 +39,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_unique2", &unique2);
   m.impl("_reshape_alias", &at::native::_reshape_alias);
   m.impl("as_strided", &at::native::as_strided_tensorimpl);
+  m.impl("conj_physical_", &conj_physical_);
   m.impl("copy_", &copy_);
   m.impl("empty.memory_format", &empty_memory_format);
   m.impl("equal", &equal);

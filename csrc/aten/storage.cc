@@ -162,7 +162,9 @@ DType to_dtype(at::ScalarType type) {
     case at::kFloat8_e4m3fnuz: return DType::kF8E4M3FNUZ;
     case at::kFloat8_e5m2fnuz: return DType::kF8E5M2FNUZ;
     default:
-      TORCH_CHECK_TYPE(false, "tpu does not support dtype ", type, " yet");
+      // NotImplementedError, as CPU's "not implemented for 'ComplexHalf'": a TypeError inside `x + 1j` would
+      // become Python's "unsupported operand type(s)".
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu does not support dtype ", type, " yet");
   }
 }
 
@@ -206,6 +208,7 @@ runtime::BufferPtr upload_contiguous(const at::Tensor& host, int device) {
 
 at::Tensor download(const at::Tensor& tensor) {
   raise_value_errors(storage_handle(tensor).device);  // a read is a sync point (docs/value_checks.md)
+  end_capture_at_host_read();
   const runtime::BufferPtr buffer = storage_buffer(tensor);
   at::Tensor flat = at::empty({buffer->numel()}, at::TensorOptions().dtype(to_scalar_type(buffer->dtype())));
   record_transfer(/*to_device=*/false, buffer->nbytes());

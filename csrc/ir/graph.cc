@@ -339,7 +339,12 @@ Value Graph::binary(const std::string& name_, Value a, Value b) {
 Value Graph::convert(Value x, DType dtype) {
   const DType from = type(x).dtype;
   if (from == dtype) return x;
-  // XLA converts real to complex but not back: complex to real keeps the real part, as torch's casts do.
+  // XLA converts real to complex but not back: complex to real keeps the real part, as torch's casts do,
+  // except to bool, which is true where either part is nonzero.
+  if (is_complex(from) && dtype == DType::kBool) {
+    const Value zero = constant(0.0, complex_part(from), type(x).dims);
+    return binary("or", compare(real(x), zero, Comparison::kNE), compare(imag(x), zero, Comparison::kNE));
+  }
   if (is_complex(from) && !is_complex(dtype)) return convert(real(x), dtype);
   // torch converts to and from float8 through float32 (so a double is rounded twice, as on CPU).
   if (is_float8(dtype) && from != DType::kF32) return convert(convert(x, DType::kF32), dtype);

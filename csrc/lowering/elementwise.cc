@@ -81,6 +81,26 @@ std::vector<Value> lower_div(LoweringContext& ctx) {
   return {finish(ctx, q)};
 }
 
+// Floating floor division as CPU and CUDA compute it (Python's algorithm): from fmod, so an infinite
+// dividend gives NaN as `inf // 2` does, and a quotient within 0.5 of an integer rounds to it.
+Value floor_divide_floats(Graph& g, Value a, Value b) {
+  const Type& t = g.type(a);
+  auto c = [&](double v) { return g.constant(v, t.dtype, t.dims); };
+  Value mod = g.binary("remainder", a, b);
+  Value div = g.binary("divide", g.binary("subtract", a, mod), b);
+  Value signs_differ = g.compare(g.compare(b, c(0), Comparison::kLT), g.compare(mod, c(0), Comparison::kLT),
+                                 Comparison::kNE);
+  Value step_down = g.binary("and", g.compare(mod, c(0), Comparison::kNE), signs_differ);
+  div = g.select(step_down, g.binary("subtract", div, c(1)), div);
+  Value floored = g.unary("floor", div);
+  Value round_up = g.compare(g.binary("subtract", div, floored), c(0.5), Comparison::kGT);
+  floored = g.select(round_up, g.binary("add", floored, c(1)), floored);
+  Value quotient = g.binary("divide", a, b);
+  Value signed_zero = g.select(sign_bit_set(g, quotient), c(-0.0), c(0.0));
+  Value result = g.select(g.compare(div, c(0), Comparison::kNE), floored, signed_zero);
+  return g.select(g.compare(b, c(0), Comparison::kEQ), quotient, result);
+}
+
 // div.Tensor_mode: rounding_mode None / "trunc" / "floor".
 std::vector<Value> lower_div_mode(LoweringContext& ctx) {
   Graph& g = ctx.graph;
@@ -105,7 +125,7 @@ std::vector<Value> lower_div_mode(LoweringContext& ctx) {
     Value zero = scalar_like(ctx, 0);
     q = g.select(g.compare(q, zero, Comparison::kLT), g.unary("ceil", q), g.unary("floor", q));
   } else if (ctx.text(2) == "floor") {
-    q = g.unary("floor", q);
+    q = floor_divide_floats(g, a, b);
   }
   return {finish(ctx, q)};
 }
@@ -340,7 +360,15 @@ std::vector<Value> lower_log1p(LoweringContext& ctx) { return unary_op(ctx, "log
 
 std::vector<Value> log_base(LoweringContext& ctx, double base) {
   Graph& g = ctx.graph;
-  return {finish(ctx, g.binary("divide", g.unary("log", operand(ctx, 0)), scalar_like(ctx, std::log(base))))};
+  Value ln = g.unary("log", operand(ctx, 0));
+  const Type& t = g.type(ln);
+  if (is_complex(t.dtype)) {
+    // Each part over the real ln(base): a complex division by ln(base) + 0i turns log(0) = -inf + 0i and
+    // log(inf) into a NaN imaginary part, where CPU keeps 0.
+    Value divisor = g.constant(std::log(base), complex_part(t.dtype), t.dims);
+    return {finish(ctx, g.complex(g.binary("divide", g.real(ln), divisor), g.binary("divide", g.imag(ln), divisor)))};
+  }
+  return {finish(ctx, g.binary("divide", ln, scalar_like(ctx, std::log(base))))};
 }
 std::vector<Value> lower_log2(LoweringContext& ctx) { return log_base(ctx, 2.0); }
 std::vector<Value> lower_log10(LoweringContext& ctx) { return log_base(ctx, 10.0); }
@@ -357,6 +385,10 @@ std::vector<Value> lower_pow_scalar(LoweringContext& ctx) {
 std::vector<Value> lower_isnan(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value x = ctx.tensor(0);
+  if (is_complex(g.type(x).dtype)) {  // either part NaN
+    Value re = g.real(x), im = g.imag(x);
+    return {g.binary("or", g.compare(re, re, Comparison::kNE), g.compare(im, im, Comparison::kNE))};
+  }
   if (!is_floating(g.type(x).dtype)) return {g.constant_int(0, DType::kBool, out(ctx).dims)};
   return {g.compare(x, x, Comparison::kNE)};
 }

@@ -270,14 +270,15 @@ std::vector<Value> lower_hardswish(LoweringContext& ctx) {
   return {finish(ctx, ctx.graph.binary("multiply", x, hard_gate(ctx, x)))};
 }
 
-// hardswish_backward(grad_output, self): 0 below -3, x / 3 + 1/2 on [-3, 3], 1 above.
+// hardswish_backward(grad_output, self): 0 up to -3, x / 3 + 1/2 strictly inside (-3, 3), 1 from 3 on
+// (CPU's and CUDA's kernels give the boundaries the outer slopes).
 std::vector<Value> lower_hardswish_backward(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   Value grad = operand(ctx, 0);
   Value x = operand(ctx, 1);
   Value middle = g.binary("multiply", grad, g.binary("add", g.binary("divide", x, scalar_like(ctx, 3)), scalar_like(ctx, 0.5)));
-  Value upper = g.select(g.compare(x, scalar_like(ctx, 3), Comparison::kLE), middle, grad);
-  return {finish(ctx, g.select(g.compare(x, scalar_like(ctx, -3), Comparison::kLT), scalar_like(ctx, 0), upper))};
+  Value upper = g.select(g.compare(x, scalar_like(ctx, 3), Comparison::kLT), middle, grad);
+  return {finish(ctx, g.select(g.compare(x, scalar_like(ctx, -3), Comparison::kLE), scalar_like(ctx, 0), upper))};
 }
 
 std::vector<Value> lower_hardsigmoid(LoweringContext& ctx) {

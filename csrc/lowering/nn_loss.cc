@@ -53,6 +53,7 @@ struct NllTerms {
   int64_t class_dim;
   Value one_hot;        // bool, input's shape: target == class
   Value target_weight;  // accumulation type, target's shape: weight[target], 0 where ignored
+  Value valid;          // bool, target's shape: target != ignore_index
 };
 
 NllTerms nll_terms(LoweringContext& ctx, size_t self_arg, DType accumulate) {
@@ -76,7 +77,7 @@ NllTerms nll_terms(LoweringContext& ctx, size_t self_arg, DType accumulate) {
   const int64_t class_count = in.dims[static_cast<size_t>(class_dim)];
   ctx.check(CheckKind::kTarget, g.binary("and", outside_range(g, target, 0, class_count), valid), target);
   weight = g.select(valid, weight, g.constant(0, accumulate, target_dims));
-  return {class_dim, one_hot, weight};
+  return {class_dim, one_hot, weight, valid};
 }
 
 // nll_loss_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight)
@@ -121,8 +122,12 @@ std::vector<Value> lower_nll_loss_backward(LoweringContext& ctx) {
     grad = g.broadcast_in_dim(grad, target_dims, {});
   }
   Value per_target = g.unary("negate", g.binary("multiply", grad, terms.target_weight));
-  Value full = g.broadcast_in_dim(per_target, in.dims, kept_dims(in.rank(), {terms.class_dim}));
-  return {g.convert(g.select(terms.one_hot, full, g.constant(0, accumulate, in.dims)), out(ctx).dtype)};
+  const std::vector<int64_t> along_targets = kept_dims(in.rank(), {terms.class_dim});
+  Value full = g.broadcast_in_dim(per_target, in.dims, along_targets);
+  // An ignored target's gradient is 0 even when every target is ignored (total_weight 0: grad / 0 * 0 would
+  // be NaN), as on CPU.
+  Value picked = g.binary("and", terms.one_hot, g.broadcast_in_dim(terms.valid, in.dims, along_targets));
+  return {g.convert(g.select(picked, full, g.constant(0, accumulate, in.dims)), out(ctx).dtype)};
 }
 
 // ---- pointwise losses -------------------------------------------------------------------------------

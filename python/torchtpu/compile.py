@@ -254,8 +254,10 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = Non
     """The dynamo backend ``"tpu"``."""
     if mode is not None and mode not in _MODES:
         raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}; the modes are {', '.join(_MODES)}")
-    if options:
-        raise ValueError(f"torch.compile(backend='tpu') takes no options, got {sorted(options)}")
+    # torch.compile(options={...}) arrives as one keyword, `options`; name what the user passed.
+    given = {**(options.pop("options", None) or {}), **options}
+    if given:
+        raise ValueError(f"torch.compile(backend='tpu') takes no options, got {sorted(given)}")
     return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph, inference_compiler=_compile_graph,
                         decompositions=_decompositions(), keep_inference_input_mutations=True)(gm, example_inputs)
 
