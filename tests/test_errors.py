@@ -210,7 +210,6 @@ def test_writes_of_another_dtype_raise_as_on_cpu(survivor, write):
 
 
 @pytest.mark.parametrize("call", [
-    lambda d: torch.histc(torch.tensor([1, 2], device=d), bins=4),
     lambda d: torch.multinomial(torch.tensor([1, 2], device=d), 1),
     lambda d: torch.randperm(300, dtype=torch.uint8, device=d),
     lambda d: torch.randperm(5000, dtype=torch.float16, device=d),
@@ -219,7 +218,7 @@ def test_writes_of_another_dtype_raise_as_on_cpu(survivor, write):
     lambda d: F.smooth_l1_loss(torch.ones(2, device=d), torch.zeros(2, device=d), beta=-1.0),
     lambda d: F.conv_transpose2d(torch.randn(1, 2, 2, 3, device=d), torch.randn(2, 1, 3, 3, device=d), stride=2,
                                  output_padding=2),
-], ids=["histc_long", "multinomial_long", "randperm_uint8_300", "randperm_half_5000", "nll_loss_int32_target",
+], ids=["multinomial_long", "randperm_uint8_300", "randperm_half_5000", "nll_loss_int32_target",
         "bce_long_target", "smooth_l1_negative_beta", "conv_transpose_output_padding"])
 def test_arguments_cpu_kernels_check_are_checked(survivor, call):
     """Checks CPU's kernels make that the meta kernels leave out: CPU's exception and words."""

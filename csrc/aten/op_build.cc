@@ -248,14 +248,15 @@ void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, cons
   TORCH_CHECK(false, info.name, ": the dtypes of its arguments do not match as CPU's kernel requires");
 }
 
-// CPU's kernels check arguments that the meta kernels do not: a loss's target dtype, histc's input dtype,
-// smooth_l1's beta, a transposed convolution's output_padding, multinomial's input dtype, the n randperm
-// can count to in its dtype. Asked when a program is built (the key holds every dtype, shape and
-// compile-time value they look at), mostly by running CPU on stand-ins.
+// CPU's and CUDA's kernels check arguments that the meta kernels do not: a loss's target dtype, smooth_l1's
+// beta, a transposed convolution's output_padding, multinomial's input dtype, the n randperm can count to in
+// its dtype. Asked when a program is built (the key holds every dtype, shape and compile-time value they
+// look at), mostly by running CPU on stand-ins. (histc takes integers, as on CUDA, where CPU refuses them:
+// Hugging Face's MoE layers pass them on accelerators.)
 void check_arguments_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
                             size_t first) {
   static const std::unordered_set<std::string> stand_in_checked = {
-      "aten::histc", "aten::histc.out", "aten::nll_loss_forward", "aten::nll_loss_forward.output",
+      "aten::nll_loss_forward", "aten::nll_loss_forward.output",
       "aten::nll_loss2d_forward", "aten::nll_loss2d_forward.output", "aten::binary_cross_entropy",
       "aten::binary_cross_entropy.out", "aten::smooth_l1_loss", "aten::smooth_l1_loss.out"};
   const bool transposed_convolution = info.name == "aten::convolution" && stack[first + 6].toBool();
