@@ -195,8 +195,9 @@ bool any_tensor_argument(const torch::jit::Stack& stack, size_t first, Test test
 
 // The dtype checks of CPU's kernels that these ops' meta kernels leave out, so tpu would compute what CPU
 // refuses: add_/sub_/mul_/addcmul_/addcdiv_ writing a promoted result into a narrower tensor (an int tensor
-// times a float, a float tensor plus a complex one), and the index ops whose source must have self's dtype. Runs when a program is built; the key holds
-// every dtype, so a cached program never needs it. A failing check reruns CPU for its exact words.
+// times a float, a float tensor plus a complex one), and the index ops whose source must have self's dtype.
+// Runs when a program is built; the key holds every dtype, so a cached program never needs it. A failing
+// check reruns CPU for its exact words.
 // (index_put checks in its kernel, which sees the mask indices this function would not.)
 void check_dtypes_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
                          size_t first) {
