@@ -142,6 +142,22 @@ def test_argmax_prefers_first_and_nan():
     check(lambda t: t.max(dim=1), x, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("size", [2, 8])
+def test_products_at_alpha_zero_read_the_matrices_where_cpu_does(dtype, size):
+    """alpha=0: CPU's BLAS-backed products read neither matrix (NaN in them does not reach the result); its
+    16-bit kernels, addmv of complex and baddbmm of small matrices multiply anyway."""
+    ones = torch.ones(size, size, dtype=dtype)
+    nans = torch.full((size, size), float("nan"), dtype=dtype)
+    calls = [lambda b, x, y: torch.addmm(b, x, y, alpha=0), lambda b, x, y: torch.addmm(b, x, y, alpha=0, beta=0),
+             lambda b, x, y: torch.addmv(b[0], x, y[0], alpha=0),
+             lambda b, x, y: torch.addbmm(b, x[None], y[None], alpha=0),
+             lambda b, x, y: torch.baddbmm(b[None], x[None], y[None], alpha=0),
+             lambda b, x, y: torch.addr(b, x[0], y[0], alpha=0)]
+    for call in calls:
+        check(call, ones, nans, ones, equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_matmuls(dtype):
     check(torch.mm, randn(5, 7, dtype=dtype), randn(7, 3, dtype=dtype))

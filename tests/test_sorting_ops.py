@@ -164,6 +164,23 @@ def test_searchsorted_sorter_scalar_and_nan():
     check(lambda v, b: torch.bucketize(v, b), torch.tensor([NAN, 2.0]), torch.tensor([1.0, 3.0]))
 
 
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("boundaries", [[1.0, 2, NAN], [1.0, NAN, 3], [1.0, 2, 3, NAN, NAN], [3.0, 1, 2], [],
+                                        [1.0, 1, 2, 2, 2, 3]], ids=str)
+def test_search_answers_as_cpus_binary_search_on_unsorted_boundaries(boundaries, right):
+    """NaN among the boundaries (or any unsorted sequence) answers as CPU's binary search does, step for step."""
+    values = torch.tensor([0.0, 1, 1.5, 2, 2.5, 3, 4, NAN])
+    check(lambda b, v: torch.searchsorted(b, v, right=right), torch.tensor(boundaries), values)
+    check(lambda v, b: torch.bucketize(v, b, right=right), values, torch.tensor(boundaries))
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 8, 9, 1000])
+def test_searchsorted_of_long_sequences_per_row(length):
+    sequence = torch.sort(torch.randn(3, length), dim=1).values
+    check(lambda s, v: torch.searchsorted(s, v), sequence, torch.randn(3, 17))
+    check(lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True), sequence[0], torch.randn(2, 5))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_histc(dtype):
     x = (torch.randn(200) * 2).to(dtype)

@@ -574,8 +574,12 @@ std::vector<Value> lower_clamp_tensor(LoweringContext& ctx) {
 
 // ---- Fused arithmetic used by optimizers ---------------------------------------------------------------
 
-// lerp(self, end, weight): PyTorch's two-sided formula, exact at weight 0 and 1.
+// lerp(self, end, weight): PyTorch's two-sided formula, exact at weight 0 and 1. CPU's kernels take floating
+// and complex tensors only (the caller asks CPU for its error).
 Value lerp(LoweringContext& ctx, Value weight) {
+  if (!is_floating(ctx.outputs.at(0).dtype) && !is_complex(ctx.outputs.at(0).dtype)) {
+    throw std::invalid_argument("lerp takes floating and complex tensors");
+  }
   Graph& g = ctx.graph;
   Value start = operand(ctx, 0);
   Value end = operand(ctx, 1);

@@ -46,14 +46,24 @@ std::vector<Value> lower_mm(LoweringContext& ctx) {
   return {ctx.graph.convert(product, out(ctx).dtype)};
 }
 
+// Whether CPU computes this product with BLAS: float32 and float64 always (given `sized_for_blas`),
+// complex where `complex_too`; its 16-bit kernels are its own and multiply even when alpha == 0.
+bool blas_computes(const LoweringContext& ctx, bool complex_too, bool sized_for_blas = true) {
+  const DType dtype = out(ctx).dtype;
+  return sized_for_blas && (dtype == DType::kF32 || dtype == DType::kF64 || (complex_too && is_complex(dtype)));
+}
+
 // beta * self + alpha * product, for the add* family: `product` is in the accumulation dtype, self is
 // argument 0 and broadcasts to the output, beta and alpha are arguments 3 and 4 (complex for a complex
-// output). beta == 0 ignores self, NaNs included, as PyTorch does.
-Value scale_and_add_self(LoweringContext& ctx, Value product) {
+// output). beta == 0 ignores self, NaNs included, as PyTorch does. `skips_product_at_zero_alpha`: where
+// CPU's kernel is a BLAS call, alpha == 0 reads neither matrix, so NaN in them does not reach the result
+// (see blas_computes).
+Value scale_and_add_self(LoweringContext& ctx, Value product, bool skips_product_at_zero_alpha) {
   Graph& g = ctx.graph;
   const DType accumulate = accumulation_dtype(out(ctx).dtype);
   const std::complex<double> beta = ctx.complex_value(3), alpha = ctx.complex_value(4);
-  if (alpha != 1.0) product = g.binary("multiply", product, ctx.scalar(4, accumulate, out(ctx).dims));
+  if (alpha == 0.0 && skips_product_at_zero_alpha) product = g.constant(0.0, accumulate, out(ctx).dims);
+  else if (alpha != 1.0) product = g.binary("multiply", product, ctx.scalar(4, accumulate, out(ctx).dims));
   if (beta != 0.0) {
     Value bias = cast_to(g, ctx.tensor(0), Type{accumulate, out(ctx).dims});
     if (beta != 1.0) bias = g.binary("multiply", bias, ctx.scalar(3, accumulate, out(ctx).dims));
@@ -66,7 +76,7 @@ Value scale_and_add_self(LoweringContext& ctx, Value product) {
 std::vector<Value> lower_addmm(LoweringContext& ctx) {
   require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "addmm_impl_cpu_", out(ctx).numel() > 0);
-  return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)))};
+  return {scale_and_add_self(ctx, matmul_2d(ctx, ctx.tensor(1), ctx.tensor(2)), blas_computes(ctx, true))};
 }
 
 // _scaled_mm(a, b, scale_a, scale_b, bias?, scale_result?, out_dtype?, use_fast_accum): float8 operands
@@ -106,7 +116,11 @@ std::vector<Value> lower_bmm(LoweringContext& ctx) {
 std::vector<Value> lower_baddbmm(LoweringContext& ctx) {
   require_same_dtypes(ctx, {0, 1, 2});
   reject_bool(ctx, "baddbmm", out(ctx).numel() > 0);
-  return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), false))};
+  // CPU multiplies products of fewer than 400 multiply-adds per batch entry itself.
+  const Type& batch1 = ctx.type_of(1);
+  const bool sized_for_blas = batch1.dims[1] * batch1.dims[2] * ctx.type_of(2).dims[2] >= 400;
+  return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), false),
+                             blas_computes(ctx, true, sized_for_blas))};
 }
 
 // addbmm(self, batch1, batch2, beta, alpha): beta * self + alpha * sum over b of batch1[b] @ batch2[b].
@@ -119,7 +133,7 @@ std::vector<Value> lower_addbmm(LoweringContext& ctx) {
   const Type& t = out(ctx);
   const Type& batch1 = ctx.type_of(1);
   if (element_size(t.dtype) > 2 || batch1.dims[0] == 0) {
-    return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), true))};
+    return {scale_and_add_self(ctx, batch_product(ctx, ctx.tensor(1), ctx.tensor(2), true), blas_computes(ctx, true))};
   }
   const double beta = ctx.real(3), alpha = ctx.real(4);
   const DType accumulate = accumulation_dtype(t.dtype);
@@ -180,7 +194,7 @@ std::vector<Value> lower_addmv(LoweringContext& ctx) {
   const DType dtype = out(ctx).dtype;
   Value product = g.dot_general(g.convert(ctx.tensor(1), dtype), g.convert(ctx.tensor(2), dtype), {}, {}, {1}, {0},
                                 accumulation_dtype(dtype));
-  return {scale_and_add_self(ctx, product)};
+  return {scale_and_add_self(ctx, product, blas_computes(ctx, false))};
 }
 
 // addr(self, vec1, vec2, beta, alpha): beta * self + (alpha * vec1) outer vec2. Elementwise like PyTorch's

@@ -4,6 +4,7 @@
 //
 // Floats order NaN as the largest value, as PyTorch does: last when ascending, first when descending.
 // -0.0 and 0.0 compare equal and keep their input order.
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -283,10 +284,6 @@ std::vector<Value> lower_mode(LoweringContext& ctx) {
 
 
 // ---- searching: isin, bucketize, searchsorted, histc ------------------------------------------------
-//
-// A sorted sequence of K values is searched by counting, for each value, the sequence elements before
-// its insertion point; that count is the binary search's answer whenever the sequence is sorted, and
-// costs K comparisons per value instead of log K, which is fine at the sizes these ops see.
 
 // `x` broadcast against a new trailing dim of size k, and `row` (..., K) broadcast to x's dims plus K:
 // the two sides of an all-pairs comparison. `row_leading` says how many of x's leading dims `row` has.
@@ -300,16 +297,36 @@ std::pair<Value, Value> pairs(Graph& g, Value x, Value row, int64_t row_leading)
   return {g.broadcast_in_dim(x, dims, dim_range(0, xt.rank())), g.broadcast_in_dim(row, dims, row_positions)};
 }
 
-// How many elements of each row of `sorted` come before each value of `x` (searched along the last
-// dim): those < x, or <= x with `right`. Written as !(s >= x) and !(s > x) so a NaN value counts every
-// element and lands at the end, where CPU's binary search puts it.
+// Each value's insertion point in its row of `sorted` (searched along the last dim; a 1-d `sorted` serves
+// every value, otherwise its leading dims are x's): CPU's binary search, step for step, so a sequence that is
+// not sorted (NaN among the boundaries included) answers as on CPU. Each of the log2(K) + 1 steps reads one
+// element per value; a value whose search has ended keeps its bounds. `right` moves past equal elements.
 Value insertion_points(Graph& g, Value sorted, Value x, bool right, DType result) {
-  const int64_t row_leading = g.type(sorted).rank() - 1;
-  auto [values, rows] = pairs(g, x, sorted, row_leading);
-  Value after = g.compare(rows, values, right ? ir::Comparison::kGT : ir::Comparison::kGE);
-  const int64_t last = g.type(after).rank() - 1;
-  Value before = g.convert(g.unary("not", after), result);
-  return g.reduce(before, g.constant_int(0, result), {last}, ir::Reducer::kAdd);
+  const Type st = g.type(sorted);
+  const Type xt = g.type(x);
+  const int64_t k = st.dims.back();
+  const std::vector<int64_t> dims = st.rank() == 1 ? std::vector<int64_t>{xt.numel()}
+                                                   : std::vector<int64_t>{st.numel() / std::max<int64_t>(k, 1),
+                                                                          xt.dims.empty() ? 1 : xt.dims.back()};
+  Value values = g.reshape(x, dims);
+  Value flat = g.reshape(sorted, {st.numel()});
+  auto i64 = [&](int64_t v) { return g.constant_int(v, DType::kI64, dims); };
+  // Where each value's row starts in `flat`.
+  Value row_start = st.rank() == 1 ? i64(0) : g.binary("multiply", g.iota(Type{DType::kI64, dims}, 0), i64(k));
+  Value low = i64(0), high = i64(k);
+  std::vector<int64_t> index_dims = dims;
+  index_dims.push_back(1);
+  for (int64_t span = k; span > 0; span >>= 1) {
+    Value searching = g.compare(low, high, ir::Comparison::kLT);
+    Value mid = g.binary("add", low, g.binary("shift_right_logical", g.binary("subtract", high, low), i64(1)));
+    // An ended search's mid may be K; it reads the row's last element and keeps its bounds.
+    Value at = g.binary("add", row_start, g.binary("minimum", mid, i64(std::max<int64_t>(k - 1, 0))));
+    Value mid_value = g.gather_flat(flat, g.reshape(at, index_dims));
+    Value go_up = g.unary("not", g.compare(mid_value, values, right ? ir::Comparison::kGT : ir::Comparison::kGE));
+    low = g.select(g.binary("and", searching, go_up), g.binary("add", mid, i64(1)), low);
+    high = g.select(g.binary("and", searching, g.unary("not", go_up)), mid, high);
+  }
+  return g.reshape(g.convert(low, result), xt.dims);
 }
 
 // bucketize/searchsorted compare in the promoted type, which CPU cannot search when it is bool.
