@@ -257,6 +257,18 @@ def test_get_and_set_rng_state_restores_sequence():
     assert not torch.equal(torch.tpu.get_rng_state(), snapshot)
 
 
+@pytest.mark.parametrize("state", [lambda s: s.to("tpu"), lambda s: s.float()], ids=["on_tpu", "float"])
+@pytest.mark.parametrize("set_state", [torch.tpu.set_rng_state, lambda s: torch.Generator("tpu").set_state(s)],
+                         ids=["set_rng_state", "generator"])
+def test_an_rng_state_of_another_device_or_dtype_raises_cpus_type_error(state, set_state):
+    """A checkpoint loaded with map_location="tpu" holds its RNG state on tpu: CPU's TypeError, no crash."""
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+        set_state(state(torch.tpu.get_rng_state()))
+    with pytest.raises(RuntimeError, match="16 contiguous bytes"):
+        set_state(torch.zeros(8, dtype=torch.uint8))
+    assert torch.rand(2, device="tpu").shape == (2,)
+
+
 def test_get_rng_state_all_roundtrip():
     states = torch.tpu.get_rng_state_all()
     assert len(states) == torch.tpu.device_count()
@@ -318,6 +330,7 @@ def test_memory_stats_dict():
 
 
 def test_mem_get_info():
+    assert torch.accelerator.get_memory_info() == torch.accelerator.get_memory_info(0)
     info = torch.tpu.mem_get_info()
     assert isinstance(info, tuple) and len(info) == 2
     free, total = info
@@ -495,3 +508,59 @@ def test_stream_context_makes_its_device_current():
         print("ok")
         """, TORCHTPU_NUM_DEVICES="2")
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_a_stream_without_an_index_is_on_the_current_device():
+    result = run_python("""
+        import torch, torchtpu
+        torch.tpu.set_device(1)
+        stream = torch.Stream(device="tpu")
+        assert stream.device_index == 1, stream
+        assert stream.query()
+        event = torch.Event(device="tpu")
+        event.record(stream)
+        event.synchronize()
+        stream.synchronize()
+        torch.tpu.set_stream(stream)
+        with stream:
+            assert torch.ones(2, device="tpu").device == torch.device("tpu", 1)
+        print("ok")
+        """, TORCHTPU_NUM_DEVICES="2")
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_cuda_names_a_library_may_call():
+    torch.tpu.set_device(-1)  # a negative index changes nothing, as on CUDA
+    assert torch.tpu.current_device() == 0
+    with torch.tpu.device_of(torch.ones(1, device="tpu")):
+        assert torch.tpu.current_device() == 0
+    with torch.tpu.device_of(torch.ones(1)), torch.tpu.StreamContext(torch.tpu.current_stream()):
+        assert torch.tpu.current_device() == 0
+    generators = torch.tpu.default_generators
+    assert len(generators) == torch.tpu.device_count() and generators[0].device == torch.device("tpu", 0)
+    assert torch.tpu.get_per_process_memory_fraction() == 1.0
+    torch.tpu.set_per_process_memory_fraction(0.5)
+    try:
+        assert torch.tpu.get_per_process_memory_fraction() == pytest.approx(0.5, abs=0.01)
+    finally:
+        torch.tpu.set_per_process_memory_fraction(1.0)
+    nested = torch.tpu.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == torch.tpu.memory_allocated()
+    assert torch.tpu.OutOfMemoryError is torch.OutOfMemoryError
+
+
+def test_is_set_to_compares_storage_and_geometry():
+    t = torch.ones(3, device="tpu")
+    assert t.is_set_to(t) and torch.empty(0, device="tpu").set_(t).is_set_to(t)
+    assert not t.is_set_to(t.clone()) and not t[1:].is_set_to(t)
+
+
+def test_dlpack_export_of_a_tpu_tensor_is_refused_and_a_raw_pointer_never_crashes():
+    x = torch.arange(4.0, device="tpu")
+    with pytest.raises(BufferError, match="DLPack"):
+        torch.utils.dlpack.to_dlpack(x)
+    # Past the refusal (torch's own export), a tensor over a tpu data pointer raises at its first use.
+    wrapped = torch.utils.dlpack.from_dlpack(torch._C._to_dlpack(x))
+    with pytest.raises(RuntimeError, match="raw tpu data pointer"):
+        wrapped + 1
+    torch.testing.assert_close((x + 1).cpu(), torch.arange(4.0) + 1)

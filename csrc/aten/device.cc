@@ -23,6 +23,11 @@ thread_local c10::DeviceIndex t_current_device = 0;
 
 c10::DeviceIndex checked_count() { return static_cast<c10::DeviceIndex>(runtime::device_count()); }
 
+// A stream's device without an index (torch.Stream(device="tpu")) is the current device, as on CUDA.
+c10::Device indexed(c10::Device device) {
+  return device.has_index() ? device : c10::Device(c10::DeviceType::PrivateUse1, t_current_device);
+}
+
 struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
   c10::Device exchangeDevice(c10::Device device) const override {
@@ -38,19 +43,21 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void uncheckedSetDevice(c10::Device device) const noexcept override { t_current_device = device.index(); }
   c10::Stream getStream(c10::Device device) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return c10::Stream(c10::Stream::DEFAULT, indexed(device));
   }
-  c10::Stream getDefaultStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
+  c10::Stream getDefaultStream(c10::Device device) const override {
+    return c10::Stream(c10::Stream::DEFAULT, indexed(device));
+  }
   // Every stream is the device's one in-order queue: a "new" stream (FSDP2 asks for a few) is that queue too,
   // so work on it is ordered after everything enqueued before, which is all a stream promises.
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return c10::Stream(c10::Stream::DEFAULT, indexed(device));
   }
   c10::Stream getNewStream(c10::Device device, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return c10::Stream(c10::Stream::DEFAULT, indexed(device));
   }
   c10::Stream exchangeStream(c10::Stream stream) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, stream.device());
+    return c10::Stream(c10::Stream::DEFAULT, indexed(stream.device()));
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     try {
@@ -65,11 +72,12 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // the timing flags and that both were recorded and reached before it calls elapsedTime.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+    const c10::DeviceIndex stream_device = indexed(stream.device()).index();
+    TORCH_CHECK(device_index == -1 || device_index == stream_device, "Event device index ",
                 static_cast<int>(device_index), " does not match recording stream's device index ",
-                static_cast<int>(stream.device_index()), ".");
+                static_cast<int>(stream_device), ".");
     flush_trace("event");
-    auto* mark = new runtime::QueueMark(stream.device_index());
+    auto* mark = new runtime::QueueMark(stream_device);
     delete static_cast<runtime::QueueMark*>(*event);  // recording again moves the event to the new point
     *event = mark;
   }
@@ -94,9 +102,11 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   bool queryStream(const c10::Stream& stream) const override {
     flush_trace("event");
-    return runtime::QueueMark(stream.device_index()).reached();
+    return runtime::QueueMark(indexed(stream.device()).index()).reached();
   }
-  void synchronizeStream(const c10::Stream& stream) const override { synchronize_device(stream.device_index()); }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    synchronize_device(indexed(stream.device()).index());
+  }
   void synchronizeDevice(const c10::DeviceIndex index) const override { synchronize_device(index < 0 ? 0 : index); }
   // torch.accelerator.get_device_capability(): the dtypes a tpu tensor can hold.
   c10::DeviceCapability getDeviceCapability(c10::Device /*device*/) const override {

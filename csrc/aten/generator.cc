@@ -37,8 +37,13 @@ class TpuGeneratorImpl final : public c10::GeneratorImpl {
   }
   // State: 16 bytes, seed then offset (little endian), as a CPU uint8 tensor.
   void set_state(const c10::TensorImpl& state) override {
-    TORCH_CHECK(state.numel() == 16 && state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
-                "tpu generator state must be a uint8 tensor of 16 bytes, got ", state.numel(), " elements");
+    // CPU's words for a state of another type or device (a checkpoint loaded with map_location="tpu").
+    TORCH_CHECK_TYPE(state.layout() == c10::kStrided && state.device().is_cpu() &&
+                         state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
+                     "RNG state must be a torch.ByteTensor");
+    TORCH_CHECK(state.numel() == 16 && state.is_contiguous(),
+                "a tpu RNG state is 16 contiguous bytes (seed and offset), got ", state.numel(), " bytes",
+                state.is_contiguous() ? "" : " (not contiguous)");
     const auto* bytes = static_cast<const uint8_t*>(state.data());
     std::memcpy(&seed_, bytes, 8);
     std::memcpy(&offset_, bytes + 8, 8);

@@ -4,6 +4,7 @@
 // tests/test_registrations.py checks that every lowered op has a rule.
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -43,6 +44,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("copy_", &copy_);
   m.impl("empty.memory_format", &empty_memory_format);
   m.impl("equal", &equal);
+  m.impl("is_set_to", &at::native::is_set_to);  // compares storages and geometry, as on every device
   m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_kernel>());
   m.impl("index_put", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());
   m.impl("index_put_", torch::CppFunction::makeFromBoxedFunction<&index_put_kernel>());

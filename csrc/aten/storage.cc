@@ -71,6 +71,17 @@ class TpuAllocator final : public c10::DeviceAllocator {
     check_device_index(device);
     runtime::reset_peak_memory(device);
   }
+  // torch.accelerator.get_memory_info and torch.tpu.mem_get_info: (free, total) bytes.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device_index(device);
+    try {
+      const auto [free, total] = runtime::device_memory_info(device);
+      return {static_cast<size_t>(free), static_cast<size_t>(total)};
+    } catch (const runtime::PjrtError& error) {
+      TORCH_CHECK_NOT_IMPLEMENTED(error.code() != 12, error.what());
+      throw_device_error("get_memory_info", error);
+    }
+  }
   void copy_data(void*, const void*, std::size_t) const override {
     TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_");
   }
@@ -89,11 +100,12 @@ c10::Allocator* tpu_allocator() {
 StorageHandle& storage_handle(const c10::Storage& storage) {
   void* context = storage.data_ptr().get_context();
   TORCH_CHECK(storage.device_type() == c10::DeviceType::PrivateUse1, "expected a tpu storage");
-  // A tensor made by from_blob over a tpu data pointer (torch.save's legacy format does so) has no storage of
-  // ours: tpu data pointers name no memory.
-  TORCH_CHECK(context != nullptr,
-              "this tpu tensor was made from a raw data pointer (torch.from_blob), which names no tpu memory; "
-              "save tpu tensors with torch.save's default format (not _use_new_zipfile_serialization=False)");
+  // A tensor made over a tpu data pointer (torch.from_blob, which torch.save's legacy format uses to copy a
+  // storage; a DLPack capsule) has no storage of ours: tpu data pointers are synthetic and name no memory.
+  TORCH_CHECK(storage.data_ptr().get_deleter() == &delete_handle,
+              "this tpu tensor wraps a raw tpu data pointer (torch.from_blob, DLPack, or torch.save's legacy "
+              "format), which names no tpu memory: tpu data pointers are not addresses. Save tpu tensors with "
+              "torch.save's default format (not _use_new_zipfile_serialization=False)");
   return *static_cast<StorageHandle*>(context);
 }
 

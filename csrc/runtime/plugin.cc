@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -299,6 +301,33 @@ std::string device_kind(int index) {
   kind.device_description = description.device_description;
   check(p.api, p.api->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
   return {kind.device_kind, kind.device_kind_size};
+}
+
+std::pair<int64_t, int64_t> device_memory_info(int index) {
+  const Plugin& p = plugin();
+  PJRT_Device* device = p.devices.at(static_cast<size_t>(index));
+  const std::string& platform = plugin_info().platform;
+  if (platform == "cpu") {
+    // MemAvailable and MemTotal, in kB.
+    std::ifstream meminfo("/proc/meminfo");
+    int64_t available = -1, total = -1;
+    for (std::string key; meminfo >> key;) {
+      int64_t kb = 0;
+      meminfo >> kb;
+      if (key == "MemAvailable:") available = kb * 1024;
+      if (key == "MemTotal:") total = kb * 1024;
+      meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    if (available >= 0 && total >= 0) return {available, total};
+  } else {
+    PJRT_Device_MemoryStats_Args stats{};
+    stats.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
+    stats.device = device;
+    check(p.api, p.api->PJRT_Device_MemoryStats(&stats), "PJRT_Device_MemoryStats");
+    if (stats.bytes_limit_is_set) return {stats.bytes_limit - stats.bytes_in_use, stats.bytes_limit};
+  }
+  throw PjrtError(12, "the " + platform + " plugin does not report how much memory device " +
+                          std::to_string(index) + " has");
 }
 
 }  // namespace torchtpu::runtime

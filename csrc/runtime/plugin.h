@@ -1,7 +1,9 @@
 // Plugin discovery and the process-wide PJRT client.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torchtpu::runtime {
@@ -29,6 +31,9 @@ bool plugin_loaded();
 int device_count();
 // What the plugin calls device `index` ("TPU v5 lite", "cpu", ...).
 std::string device_kind(int index);
+// (free, total) bytes of device `index`: the host's memory on the CPU plugin (its devices allocate there),
+// else the plugin's memory statistics. Throws PjrtError (unimplemented) when the plugin reports no limit.
+std::pair<int64_t, int64_t> device_memory_info(int index);
 
 // True when a plugin can be found (TORCHTPU_PJRT_PLUGIN or a candidate names an existing file) or is
 // loaded. Never loads it and never creates the client, so asking costs nothing and keeps fork() safe.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -46,6 +45,9 @@ def __getattr__(name: str):
     # mask in the recomputation. Answered live here, as the plugin loads lazily.
     if name == "_initialized":
         return is_initialized()
+    # One generator per device, as ``torch.cuda.default_generators``; made when the plugin loads.
+    if name == "default_generators":
+        return tuple(_generator(i) for i in range(device_count()))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -70,6 +72,9 @@ def current_device() -> int:
 
 
 def set_device(device: _DeviceLike) -> None:
+    """Makes ``device`` current; a negative index changes nothing, as CUDA's."""
+    if isinstance(device, int) and device < 0:
+        return
     _C._set_device(_index(device))
 
 
@@ -89,6 +94,13 @@ class device:
         if self.index >= 0:
             set_device(self.previous)
         return False
+
+
+class device_of(device):
+    """Context manager that makes the device of tensor ``obj`` current; a CPU tensor changes nothing."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.device.type == "tpu" else -1)
 
 
 def get_device_name(device: _DeviceLike = None) -> str:
@@ -250,24 +262,32 @@ def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None)
     _C._set_memory_limit(index, -1 if fraction >= 1 else int(fraction * mem_get_info(index)[1]))
 
 
-def _host_memory() -> tuple[int, int]:
-    available = total = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            if key == "MemTotal":
-                total = int(value.split()[0]) * 1024
-            elif key == "MemAvailable":
-                available = int(value.split()[0]) * 1024
-    return available, total
+def get_per_process_memory_fraction(device: _DeviceLike = None) -> float:
+    """The cap ``set_per_process_memory_fraction`` set, as a fraction of the device's memory (1.0: none)."""
+    index = _index(device)
+    limit = _C._memory_stats(index)["limit"]
+    return 1.0 if limit < 0 else limit / mem_get_info(index)[1]
+
+
+def memory_stats_as_nested_dict(device: _DeviceLike = None) -> dict[str, Any]:
+    """``memory_stats`` with its dotted keys as nested dicts, as ``torch.cuda.memory_stats_as_nested_dict``."""
+    nested: dict[str, Any] = {}
+    for key, value in memory_stats(device).items():
+        *path, last = key.split(".")
+        level = nested
+        for part in path:
+            level = level.setdefault(part, {})
+        level[last] = value
+    return nested
+
+
+OutOfMemoryError = torch.OutOfMemoryError  # what an allocation past the device's memory raises, as on CUDA
 
 
 def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
-    """(free, total) bytes. On the CPU plugin device memory is host memory, so this reports the host's."""
-    _index(device)
-    if _C._plugin_info()["platform"] == "cpu":
-        return _host_memory()
-    raise NotImplementedError("mem_get_info is only implemented for the CPU plugin so far")
+    """(free, total) bytes, as ``torch.accelerator.get_memory_info``. On the CPU plugin device memory is host
+    memory, so this reports the host's."""
+    return torch.accelerator.get_memory_info(torch.device("tpu", _index(device)))
 
 
 def empty_cache() -> None:
@@ -280,7 +300,7 @@ def empty_cache() -> None:
 atexit.register(_C._prepare_exit)
 
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("os", "Any", "torch", "annotations", "atexit", "collections", "contextlib", "dataclasses")]
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("os", "Any", "torch", "annotations", "atexit", "collections", "dataclasses")]
 
 
 # Streams and events (FSDP2 and other libraries written for CUDA use them). A tpu device runs its programs in
@@ -318,12 +338,21 @@ def set_stream(stream: torch.Stream) -> None:
         set_device(stream.device_index)
 
 
-@contextlib.contextmanager
-def stream(stream: torch.Stream | None):
-    """``with torch.tpu.stream(s):`` — the stream's device is current inside, as with CUDA's; work runs on that
-    device's one queue, as all its work does."""
-    if stream is None:
-        yield
-        return
-    with device(stream.device_index):
-        yield
+class StreamContext:
+    """``with torch.tpu.StreamContext(s):`` — the stream's device is current inside, as with CUDA's; work runs on
+    that device's one queue, as all its work does. ``None`` changes nothing."""
+
+    def __init__(self, stream: torch.Stream | None):
+        self.stream = stream
+        self._device = device(None if stream is None else stream.device_index)
+
+    def __enter__(self) -> None:
+        self._device.__enter__()
+
+    def __exit__(self, *exc: object) -> bool:
+        return self._device.__exit__(*exc)
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    """``with torch.tpu.stream(s):``, as ``torch.cuda.stream``."""
+    return StreamContext(stream)
