@@ -371,7 +371,7 @@ def test_switching_value_checks_after_capture_is_honoured():
         f(x, bad).cpu()
 
 
-def test_compiled_activation_checkpointing_replays_dropout():
+def test_compiled_activation_checkpointing_replays_dropout(monkeypatch):
     # AOT autograd wraps dropout in run_and_save_rng_state / run_with_rng_state so the recomputation draws
     # the same mask; PyTorch implements them for CPU, CUDA, HPU and XPU only. On tpu they save and restore
     # the tpu generator, and the graphs holding them run recorded each call (a replay would skip the restore).
@@ -380,14 +380,18 @@ def test_compiled_activation_checkpointing_replays_dropout():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 4)).to("tpu")
     compiled = torch.compile(lambda x: checkpoint(net, x, use_reentrant=False), backend="tpu")
-    for step in range(3):
-        results = []
-        for run in (compiled, net):
-            x = torch.arange(20.0, device="tpu").reshape(5, 4).requires_grad_()
-            net.zero_grad()
-            torch.manual_seed(100 + step)
-            out = run(x)
-            out.square().sum().backward()
-            results.append((out.detach().cpu(), x.grad.cpu(), net[0].weight.grad.cpu()))
-        for got, expected in zip(*results):
-            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(torchtpu.compile, "_warned_dynamic", False)  # it warns once per process
+    with warnings.catch_warnings():
+        # The saved random state reaches the backward graph with a symbolic size: no dynamic-shape warning.
+        warnings.filterwarnings("error", message=".*dynamic dimensions")
+        for step in range(3):
+            results = []
+            for run in (compiled, net):
+                x = torch.arange(20.0, device="tpu").reshape(5, 4).requires_grad_()
+                net.zero_grad()
+                torch.manual_seed(100 + step)
+                out = run(x)
+                out.square().sum().backward()
+                results.append((out.detach().cpu(), x.grad.cpu(), net[0].weight.grad.cpu()))
+            for got, expected in zip(*results):
+                torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -60,7 +60,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     if missing:
         warnings.warn(f"torchtpu: torch.compile graph has ops with no tpu lowering: {', '.join(missing)}; "
                       "each runs on the CPU between the compiled programs around it (a graph break)", stacklevel=2)
-    if _is_dynamic(example_inputs):
+    if _is_dynamic(gm, example_inputs):
         global _warned_dynamic
         if not _warned_dynamic:  # once per process: every dynamo recompile hands a new graph here
             _warned_dynamic = True
@@ -72,9 +72,16 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     return _GraphRunner(gm)
 
 
-def _is_dynamic(example_inputs) -> bool:
+def _is_dynamic(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Whether an input has a symbolic size. The random state that activation checkpointing saves for the
+    backward's recomputation comes with one (AOT autograd makes it on the host while tracing); it is a CPU
+    tensor only the host reads (`run_with_rng_state`), never a program's shape, so it does not count."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    random_states = {n for n in placeholders if n.users and all(
+        u.target is rng_prims.run_with_rng_state and u.args[0] is n for u in n.users)}
     return any(isinstance(a, torch.SymInt) or (isinstance(a, torch.Tensor) and any(
-        isinstance(d, torch.SymInt) for d in a.shape)) for a in example_inputs)
+        isinstance(d, torch.SymInt) for d in a.shape)) for node, a in zip(placeholders, example_inputs)
+        if node not in random_states)
 
 
 class _ShapeSpecialized:
