@@ -59,6 +59,26 @@ def collectives(rank: int, size: int) -> None:
         received = torch.zeros(1, device=tpu)
         dist.recv(received, 0)
         assert received.item() == 42.0
+    # A ring exchange posts every send before any receive: isend returns at once, as on NCCL and Gloo.
+    outgoing, incoming = torch.full((2,), float(rank), device=tpu), torch.zeros(2, device=tpu)
+    requests = [dist.isend(outgoing, (rank + 1) % size), dist.irecv(incoming, (rank - 1) % size)]
+    for request in requests:
+        request.wait()
+    assert incoming.cpu().tolist() == [float((rank - 1) % size)] * 2, incoming
+    incoming = torch.zeros(2, device=tpu)
+    ops = [dist.P2POp(dist.isend, outgoing, (rank + 1) % size), dist.P2POp(dist.irecv, incoming, (rank - 1) % size)]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    assert incoming.cpu().tolist() == [float((rank - 1) % size)] * 2, incoming
+    if rank == 0:  # a receive from any rank names the sender
+        dist.send(torch.tensor([7.0], device=tpu), 1)
+    elif rank == 1:
+        received = torch.zeros(1, device=tpu)
+        assert dist.recv(received) == 0 and received.item() == 7.0
+    # A Work's future holds the filled tensors as one flat list (DDP's comm hooks index it).
+    t = torch.ones(2, device=tpu)
+    value = dist.all_reduce(t, async_op=True).get_future().wait()
+    assert len(value) == 1 and value[0] is t and t.cpu().tolist() == [float(size)] * 2, value
     cpu = torch.full((2,), float(rank))  # CPU tensors go to Gloo as they are
     dist.all_reduce(cpu)
     assert cpu.tolist() == [float(sum(range(size)))] * 2
@@ -103,9 +123,16 @@ def _train(rank: int, size: int, wrap) -> None:
 
 
 def ddp(rank: int, size: int) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
+    def with_allreduce_hook(model):  # the comm hook reads the all_reduce future's first tensor
+        wrapped = DistributedDataParallel(model)
+        wrapped.register_comm_hook(None, default_hooks.allreduce_hook)
+        return wrapped
+
     _train(rank, size, DistributedDataParallel)
+    _train(rank, size, with_allreduce_hook)
 
 
 def fsdp(rank: int, size: int) -> None:

@@ -9,7 +9,9 @@ processes there is no XLA collective to run. The collectives here therefore stag
 tpu tensor is read once, the operation runs on Gloo over the same store, and the result is written back
 into the tpu tensor (one upload). CPU tensors given to this backend go to Gloo directly. Every operation is
 complete when its ``Work`` is returned (``wait()`` returns at once), so ordering with later tpu ops is the
-program order, as on a synchronous stream.
+program order, as on a synchronous stream. Point-to-point calls are the exception: a send or receive waits
+for its peer, so ``isend``/``irecv`` return at once (a ring exchange posts every send before any receive) and
+a receive writes into its tpu tensor when its ``Work`` is waited for.
 """
 from __future__ import annotations
 
@@ -27,6 +29,44 @@ def _done(result) -> dist.Work:
     future: Future = Future()
     future.set_result(result)
     return _create_work_from_future(future)
+
+
+class _ReceiveWork(dist._Work):
+    """A receive into tpu tensors: Gloo receives into host copies; waiting writes them into the tpu tensors."""
+
+    def __init__(self, gloo_work: dist.Work, pairs: list):
+        super().__init__()
+        self._gloo_work = gloo_work
+        self._pairs = pairs  # (tpu tensor, its host copy)
+        self._written = False
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if not self._written:
+            if timeout is None:
+                self._gloo_work.wait()
+            else:
+                self._gloo_work.wait(timeout)
+            with torch.no_grad():
+                for target, result in self._pairs:
+                    target.copy_(result)
+            self._written = True
+        return True
+
+    def is_completed(self) -> bool:
+        if not self._written and self._gloo_work.is_completed():
+            self.wait()  # received: write it now, so a loop polling is_completed() sees the tpu tensor filled
+        return self._written
+
+    def _source_rank(self) -> int:
+        """The sending rank (``dist.recv`` without ``src`` returns it)."""
+        self.wait()
+        return self._gloo_work._source_rank()
+
+    def get_future(self) -> Future:
+        self.wait()
+        future: Future = Future()
+        future.set_result([target for target, _ in self._pairs])
+        return future
 
 
 class ProcessGroupTPU(dist.ProcessGroup):
@@ -72,13 +112,17 @@ class ProcessGroupTPU(dist.ProcessGroup):
         """Runs `gloo_method` on host copies of `args`, then writes the results into the tpu tensors of the
         arguments at `written` (those the collective fills)."""
         host = [self._host(a) for a in args]
-        gloo_method(*host).wait()
+        work = gloo_method(*host)
+        work.wait()
+        filled = []
         with torch.no_grad():
             for i in written:
                 for target, result in self._pairs(args[i], host[i]):
                     if target.device.type == "tpu":
                         target.copy_(result)
-        return _done([args[i] for i in written])
+                    filled.append(target)
+        # The future holds the filled tensors as one flat list, as Gloo's and NCCL's do.
+        return _done(filled)
 
     @staticmethod
     def _each(single, outputs, inputs, opts) -> dist.Work:
@@ -99,11 +143,19 @@ class ProcessGroupTPU(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         return self._call(self._gloo.reduce, list(tensors), opts or dist.ReduceOptions())
 
+    # Point-to-point: not waited for here (see the module docstring). A send's host copies are taken now, so
+    # the tpu tensor may change after the call, as with a CUDA send once enqueued.
+
     def send(self, tensors, dst, tag):
-        return self._call(self._gloo.send, list(tensors), dst, tag, written=())
+        return self._gloo.send(self._host(list(tensors)), dst, tag)
 
     def recv(self, tensors, src, tag):
-        return self._call(self._gloo.recv, list(tensors), src, tag)
+        host = self._host(list(tensors))
+        return _ReceiveWork(self._gloo.recv(host, src, tag), list(zip(tensors, host)))
+
+    def recv_anysource(self, tensors, tag):
+        host = self._host(list(tensors))
+        return _ReceiveWork(self._gloo.recv_anysource(host, tag), list(zip(tensors, host)))
 
     def barrier(self, opts=None):
         return self._gloo.barrier(opts or dist.BarrierOptions())
