@@ -644,6 +644,9 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   }
 
   std::vector<ir::Value> results;
+  // With several devices any op may run split over them: in fused mode and compiled graphs its inputs are
+  // pending values whose shardings the partitioner decides later, so the whole process lowers for it.
+  g.set_partitioned(runtime::device_count() > 1);
   try {
     results = info.rule->lower(ctx);
   } catch (const lowering::NotLowered&) {

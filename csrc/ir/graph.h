@@ -55,6 +55,9 @@ class Graph {
   void set_parameter_sharding(size_t parameter_index, std::string sharding);
   void set_result_sharding(size_t result_index, std::string sharding);
   void clear_shardings();
+  // Set before lowering when the op may run split over devices: reductions then use only regions that the
+  // partitioner can turn into a cross-device all-reduce (see reduce()).
+  void set_partitioned(bool partitioned) { partitioned_ = partitioned; }
   // The whole module, with one public function @main(parameters...) -> (results...), after the functions
   // added by add_functions.
   std::string emit() const;
@@ -149,6 +152,7 @@ class Graph {
   std::vector<Value> results_;
   std::vector<std::pair<Value, int>> aliases_;  // (parameter, result index)
   std::vector<std::string> parameter_shardings_, result_shardings_;  // by index; empty: none
+  bool partitioned_ = false;
   std::vector<std::string> functions_;          // add_functions texts, in order added
   // The node lists of the regions being built, innermost last: new nodes join the innermost one.
   std::vector<std::vector<size_t>> open_regions_;

@@ -42,6 +42,15 @@ def check_values() -> None:
         torch.testing.assert_close((t.t() @ t).cpu(), x.t() @ x)  # a view of a sharded tensor
         torch.testing.assert_close(t[1:5, ::2].cpu(), x[1:5, ::2])
         torch.testing.assert_close(F.softmax(t, -1).cpu(), F.softmax(x, -1))
+        # Max and min reductions across a split dim (NaN propagating), values and indices, in each mode.
+        with_nan = x.clone()
+        with_nan[3, 5] = float("nan")
+        n = shard(with_nan, mesh, spec)
+        for mode in ("strict", "fused"):
+            with torchtpu.eager_mode(mode):
+                for reduce in (lambda v: v.argmax(0), lambda v: v.argmin(), lambda v: v.amax(0),
+                               lambda v: v.max(1).values, lambda v: (v * 2).max(0).indices, lambda v: v.min()):
+                    torch.testing.assert_close(reduce(n).cpu(), reduce(with_nan), equal_nan=True)
         t.add_(1.0)
         assert sharding(t) == s, "an in-place update keeps the tensor's sharding"
         torch.testing.assert_close(t.cpu(), x + 1)

@@ -30,7 +30,7 @@ def test_backend_is_registered_for_tpu():
     assert dist.Backend.default_device_backend_map.get("tpu") == "tpu_dist"
 
 
-@pytest.mark.parametrize("case", ["collectives", "ddp", "fsdp", "tp"])
+@pytest.mark.parametrize("case", ["collectives", "ddp", "sync_batch_norm", "fsdp", "tp"])
 def test_under_torchrun(case):
     _torchrun(case)
 

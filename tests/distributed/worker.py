@@ -1,5 +1,5 @@
 """One rank of the tests in test_process_group.py, launched by torchrun: ``worker.py CASE [ARG]`` with CASE one of
-collectives, ddp, fsdp, tp, hf_tp (ARG: a saved tiny Llama's folder), trainer (ARG: an output folder).
+collectives, ddp, sync_batch_norm, fsdp, tp, hf_tp (ARG: a saved tiny Llama's folder), trainer (ARG: an output folder).
 
 Each case checks its results itself (against values every rank can compute, or a single-process CPU run of
 the same model on the whole batch) and prints ``OK <case> rank <r>``."""
@@ -135,6 +135,33 @@ def ddp(rank: int, size: int) -> None:
     _train(rank, size, with_allreduce_hook)
 
 
+def sync_batch_norm(rank: int, size: int) -> None:
+    """nn.SyncBatchNorm under DDP, each rank on its part of the batch, equals BatchNorm on the whole batch in
+    one CPU process: parameters and running statistics after 3 SGD steps."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                    torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(reference)).tpu()
+    wrapped = DistributedDataParallel(model)
+    data, target = torch.randn(4 * size, 3, 8, 8), torch.randn(4 * size, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    mine = slice(4 * rank, 4 * (rank + 1))
+    for _ in range(3):
+        optimizer.zero_grad()
+        (wrapped(data[mine].tpu()) - target[mine].tpu()).square().mean().backward()
+        optimizer.step()
+        reference_optimizer.zero_grad()
+        (reference(data) - target).square().mean().backward()
+        reference_optimizer.step()
+    for (name, got), expected in zip(model.state_dict().items(), reference.state_dict().values()):
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def fsdp(rank: int, size: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -240,7 +267,8 @@ if __name__ == "__main__":
     case, *args = sys.argv[1:]
     if case not in ("hf_tp", "trainer"):  # transformers and accelerate initialise the process group themselves
         dist.init_process_group("tpu_dist")
-    cases = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "tp": tp, "hf_tp": hf_tp, "trainer": trainer}
+    cases = {"collectives": collectives, "ddp": ddp, "sync_batch_norm": sync_batch_norm, "fsdp": fsdp, "tp": tp,
+             "hf_tp": hf_tp, "trainer": trainer}
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cases[case](rank, size, *args)
     print(f"OK {case} rank {rank}", flush=True)

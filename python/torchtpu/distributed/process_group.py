@@ -164,6 +164,10 @@ class ProcessGroupTPU(dist.ProcessGroup):
         return self._call(self._gloo.allgather, output_lists, inputs, opts or dist.AllgatherOptions())
 
     def all_gather_single(self, output, input, opts=None):
+        # NCCL takes any output of world size x the input's elements (SyncBatchNorm passes [1, N]); Gloo wants
+        # the inputs stacked along dim 0, so it gets a view of that shape.
+        if output.is_contiguous() and output.numel() == self.size() * input.numel():
+            output = output.view(self.size() * input.shape[0], *input.shape[1:]) if input.dim() else output.view(-1)
         return self._call(self._gloo._allgather_base, output, input, opts or dist.AllgatherOptions())
 
     _allgather_base = all_gather_single  # the name older callers use
