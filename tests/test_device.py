@@ -269,6 +269,18 @@ def test_an_rng_state_of_another_device_or_dtype_raises_cpus_type_error(state, s
     assert torch.rand(2, device="tpu").shape == (2,)
 
 
+def test_rng_state_inside_a_torch_func_transform():
+    """Activation checkpointing saves the tpu RNG state; inside grad() the state is still a plain CPU tensor,
+    so grad of a checkpointed function gives CPU's message about saved tensor hooks."""
+    from torch.func import grad
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.randn(3, device="tpu")
+    torch.testing.assert_close(grad(lambda v: (torch.tpu.get_rng_state(), v.sum())[1])(x).cpu(), torch.ones(3))
+    with pytest.raises(RuntimeError, match="saved tensor hooks"):
+        grad(lambda v: checkpoint(torch.sin, v, use_reentrant=False).sum())(x)
+
+
 def test_get_rng_state_all_roundtrip():
     states = torch.tpu.get_rng_state_all()
     assert len(states) == torch.tpu.device_count()

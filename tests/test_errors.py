@@ -221,9 +221,10 @@ def test_writes_of_another_dtype_raise_as_on_cpu(survivor, write):
     lambda d: torch.ones(3, dtype=torch.int64, device=d).lerp_(torch.zeros(3, dtype=torch.int64, device=d), 0.5),
     lambda d: torch.lerp(torch.ones(3, dtype=torch.bool, device=d), torch.zeros(3, dtype=torch.bool, device=d),
                          torch.ones(3, dtype=torch.bool, device=d)),
+    lambda d: torch.round(torch.tensor([12345], device=d), decimals=-2),
 ], ids=["multinomial_long", "randperm_uint8_300", "randperm_half_5000", "nll_loss_int32_target",
         "bce_long_target", "smooth_l1_negative_beta", "conv_transpose_output_padding", "lerp_into_long",
-        "lerp_of_bools"])
+        "lerp_of_bools", "round_decimals_of_long"])
 def test_arguments_cpu_kernels_check_are_checked(survivor, call):
     """Checks CPU's kernels make that the meta kernels leave out: CPU's exception and words."""
     assert_same_error_as_cpu(call)

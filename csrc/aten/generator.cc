@@ -1,7 +1,7 @@
 #include "aten/generator.h"
 
 #include <ATen/core/GeneratorForPrivateuseone.h>
-#include <ATen/ops/empty.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/TensorImpl.h>
 
@@ -49,7 +49,9 @@ class TpuGeneratorImpl final : public c10::GeneratorImpl {
     std::memcpy(&offset_, bytes + 8, 8);
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
-    at::Tensor state = at::empty({16}, at::TensorOptions().dtype(at::kByte));
+    // Made without the dispatcher, as CPU's generator makes its state: under a torch.func transform a
+    // dispatched factory returns a wrapper without storage (checkpoint saves the state inside grad()).
+    at::Tensor state = at::detail::empty_cpu({16}, at::kByte, /*pin_memory=*/false, std::nullopt);
     std::memcpy(state.mutable_data_ptr(), &seed_, 8);
     std::memcpy(static_cast<uint8_t*>(state.mutable_data_ptr()) + 8, &offset_, 8);
     return state.getIntrusivePtr();
@@ -100,7 +102,7 @@ runtime::BufferPtr next_rng_state(const std::optional<at::Generator>& generator,
     TORCH_CHECK(impl != nullptr, "expected a tpu generator, got one for ", gen.device());
     seed_offset = impl->advance(static_cast<uint64_t>(draws));
   }
-  at::Tensor host = at::empty({2}, at::TensorOptions().dtype(at::kUInt64));
+  at::Tensor host = at::detail::empty_cpu({2}, at::kUInt64, /*pin_memory=*/false, std::nullopt);
   std::memcpy(host.mutable_data_ptr(), seed_offset.data(), sizeof(seed_offset));
   return upload_contiguous(host, device);
 }

@@ -316,10 +316,11 @@ std::vector<Value> lower_frac(LoweringContext& ctx) {
   return {finish(ctx, ctx.graph.binary("subtract", x, truncate(ctx.graph, x)))};
 }
 
-// round.decimals(self, decimals): round half to even at 10^-decimals.
+// round.decimals(self, decimals): round half to even at 10^-decimals. Unlike round(), CPU's kernel takes
+// floating tensors only (the caller asks CPU for its error).
 std::vector<Value> lower_round_decimals(LoweringContext& ctx) {
   Graph& g = ctx.graph;
-  if (!is_floating(out(ctx).dtype)) return {finish(ctx, ctx.tensor(0))};
+  if (!is_floating(out(ctx).dtype)) throw std::invalid_argument("round with decimals takes floating tensors");
   const double scale = std::pow(10.0, static_cast<double>(ctx.integer(1)));
   Value scaled = g.binary("multiply", operand(ctx, 0), scalar_like(ctx, scale));
   return {finish(ctx, g.binary("divide", g.unary("round_nearest_even", scaled), scalar_like(ctx, scale)))};
