@@ -569,8 +569,9 @@ def test_is_set_to_compares_storage_and_geometry():
 
 def test_dlpack_export_of_a_tpu_tensor_is_refused_and_a_raw_pointer_never_crashes():
     x = torch.arange(4.0, device="tpu")
-    with pytest.raises(BufferError, match="DLPack"):
-        torch.utils.dlpack.to_dlpack(x)
+    for export in (torch.utils.dlpack.to_dlpack, torch.to_dlpack, lambda t: t.__dlpack__()):
+        with pytest.raises(BufferError, match="DLPack"):
+            export(x)
     # Past the refusal (torch's own export), a tensor over a tpu data pointer raises at its first use.
     wrapped = torch.utils.dlpack.from_dlpack(torch._C._to_dlpack(x))
     with pytest.raises(RuntimeError, match="raw tpu data pointer"):

@@ -174,6 +174,11 @@ def test_search_answers_as_cpus_binary_search_on_unsorted_boundaries(boundaries,
     check(lambda v, b: torch.bucketize(v, b, right=right), values, torch.tensor(boundaries))
 
 
+def test_search_of_empty_sequences_puts_every_value_first():
+    check(lambda s, v: torch.searchsorted(s, v), torch.empty(3, 0), torch.randn(3, 4))
+    check(lambda s, v: torch.searchsorted(s, v, right=True), torch.empty(0), torch.randn(5))
+
+
 @pytest.mark.parametrize("length", [1, 2, 7, 8, 9, 1000])
 def test_searchsorted_of_long_sequences_per_row(length):
     sequence = torch.sort(torch.randn(3, length), dim=1).values

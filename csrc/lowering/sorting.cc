@@ -4,7 +4,6 @@
 //
 // Floats order NaN as the largest value, as PyTorch does: last when ascending, first when descending.
 // -0.0 and 0.0 compare equal and keep their input order.
-#include <algorithm>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -305,8 +304,9 @@ Value insertion_points(Graph& g, Value sorted, Value x, bool right, DType result
   const Type st = g.type(sorted);
   const Type xt = g.type(x);
   const int64_t k = st.dims.back();
+  if (k == 0) return g.constant_int(0, result, xt.dims);  // nothing to search: every value goes first
   const std::vector<int64_t> dims = st.rank() == 1 ? std::vector<int64_t>{xt.numel()}
-                                                   : std::vector<int64_t>{st.numel() / std::max<int64_t>(k, 1),
+                                                   : std::vector<int64_t>{st.numel() / k,
                                                                           xt.dims.empty() ? 1 : xt.dims.back()};
   Value values = g.reshape(x, dims);
   Value flat = g.reshape(sorted, {st.numel()});
@@ -320,7 +320,7 @@ Value insertion_points(Graph& g, Value sorted, Value x, bool right, DType result
     Value searching = g.compare(low, high, ir::Comparison::kLT);
     Value mid = g.binary("add", low, g.binary("shift_right_logical", g.binary("subtract", high, low), i64(1)));
     // An ended search's mid may be K; it reads the row's last element and keeps its bounds.
-    Value at = g.binary("add", row_start, g.binary("minimum", mid, i64(std::max<int64_t>(k - 1, 0))));
+    Value at = g.binary("add", row_start, g.binary("minimum", mid, i64(k - 1)));
     Value mid_value = g.gather_flat(flat, g.reshape(at, index_dims));
     Value go_up = g.unary("not", g.compare(mid_value, values, right ? ir::Comparison::kGT : ir::Comparison::kGE));
     low = g.select(g.binary("and", searching, go_up), g.binary("add", mid, i64(1)), low);

@@ -65,6 +65,11 @@ def collectives(rank: int, size: int) -> None:
     for request in requests:
         request.wait()
     assert incoming.cpu().tolist() == [float((rank - 1) % size)] * 2, incoming
+    # A receive's future does not wait for the peer: taken before this rank's own send, it completes after.
+    incoming = torch.zeros(2, device=tpu)
+    future = dist.irecv(incoming, (rank - 1) % size).get_future()
+    dist.isend(outgoing, (rank + 1) % size).wait()
+    assert future.wait()[0] is incoming and incoming.cpu().tolist() == [float((rank - 1) % size)] * 2, incoming
     incoming = torch.zeros(2, device=tpu)
     ops = [dist.P2POp(dist.isend, outgoing, (rank + 1) % size), dist.P2POp(dist.irecv, incoming, (rank - 1) % size)]
     for request in dist.batch_isend_irecv(ops):

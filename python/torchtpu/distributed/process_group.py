@@ -15,6 +15,7 @@ a receive writes into its tpu tensor when its ``Work`` is waited for.
 """
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import torch
@@ -32,24 +33,28 @@ def _done(result) -> dist.Work:
 
 
 class _ReceiveWork(dist._Work):
-    """A receive into tpu tensors: Gloo receives into host copies; waiting writes them into the tpu tensors."""
+    """A receive into tpu tensors: Gloo receives into host copies, which are written into the tpu tensors once,
+    by the first of ``wait()``, a completed ``is_completed()`` or the future's waiting thread."""
 
     def __init__(self, gloo_work: dist.Work, pairs: list):
         super().__init__()
         self._gloo_work = gloo_work
         self._pairs = pairs  # (tpu tensor, its host copy)
+        self._lock = threading.Lock()
         self._written = False
+        self._future: Future | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        if not self._written:
-            if timeout is None:
-                self._gloo_work.wait()
-            else:
-                self._gloo_work.wait(timeout)
-            with torch.no_grad():
-                for target, result in self._pairs:
-                    target.copy_(result)
-            self._written = True
+        with self._lock:
+            if not self._written:
+                if timeout is None:
+                    self._gloo_work.wait()
+                else:
+                    self._gloo_work.wait(timeout)
+                with torch.no_grad():
+                    for target, result in self._pairs:
+                        target.copy_(result)
+                self._written = True
         return True
 
     def is_completed(self) -> bool:
@@ -63,10 +68,20 @@ class _ReceiveWork(dist._Work):
         return self._gloo_work._source_rank()
 
     def get_future(self) -> Future:
-        self.wait()
-        future: Future = Future()
-        future.set_result([target for target, _ in self._pairs])
-        return future
+        """Completes when the tensors are written, without blocking the caller (a thread waits for the peer)."""
+        with self._lock:
+            if self._future is None:
+                self._future = Future()
+
+                def finish(future: Future = self._future) -> None:
+                    try:
+                        self.wait()
+                        future.set_result([target for target, _ in self._pairs])
+                    except Exception as error:  # noqa: BLE001  (handed to whoever waits on the future)
+                        future.set_exception(error)
+
+                threading.Thread(target=finish, daemon=True, name="tpu_dist receive").start()
+        return self._future
 
 
 class ProcessGroupTPU(dist.ProcessGroup):
