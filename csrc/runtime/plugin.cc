@@ -305,7 +305,6 @@ std::string device_kind(int index) {
 
 std::pair<int64_t, int64_t> device_memory_info(int index) {
   const Plugin& p = plugin();
-  PJRT_Device* device = p.devices.at(static_cast<size_t>(index));
   const std::string& platform = plugin_info().platform;
   if (platform == "cpu") {
     // MemAvailable and MemTotal, in kB.
@@ -322,7 +321,7 @@ std::pair<int64_t, int64_t> device_memory_info(int index) {
   } else {
     PJRT_Device_MemoryStats_Args stats{};
     stats.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
-    stats.device = device;
+    stats.device = p.devices.at(static_cast<size_t>(index));
     check(p.api, p.api->PJRT_Device_MemoryStats(&stats), "PJRT_Device_MemoryStats");
     if (stats.bytes_limit_is_set) return {stats.bytes_limit - stats.bytes_in_use, stats.bytes_limit};
   }

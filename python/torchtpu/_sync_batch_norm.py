@@ -32,10 +32,7 @@ def _stat_dtype(input: torch.Tensor) -> torch.dtype:
 
 
 def batch_norm_stats(input, eps):
-    x = input.to(_stat_dtype(input))
-    dims = _reduced_dims(input)
-    mean = x.mean(dims)
-    var = (x - _per_channel(mean, x)).square().mean(dims)
+    var, mean = torch.var_mean(input.to(_stat_dtype(input)), _reduced_dims(input), correction=0)
     return mean, (var + eps).rsqrt()
 
 

@@ -26,6 +26,15 @@ from torch.futures import Future
 BACKEND_NAME = "tpu_dist"
 
 
+def _write_back(pairs) -> list:
+    """Writes each host result into its tpu tensor; returns the targets (CPU tensors were filled by Gloo)."""
+    with torch.no_grad():
+        for target, result in pairs:
+            if target.device.type == "tpu":
+                target.copy_(result)
+    return [target for target, _ in pairs]
+
+
 def _done(result) -> dist.Work:
     future: Future = Future()
     future.set_result(result)
@@ -51,9 +60,7 @@ class _ReceiveWork(dist._Work):
                     self._gloo_work.wait()
                 else:
                     self._gloo_work.wait(timeout)
-                with torch.no_grad():
-                    for target, result in self._pairs:
-                        target.copy_(result)
+                _write_back(self._pairs)
                 self._written = True
         return True
 
@@ -127,17 +134,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
         """Runs `gloo_method` on host copies of `args`, then writes the results into the tpu tensors of the
         arguments at `written` (those the collective fills)."""
         host = [self._host(a) for a in args]
-        work = gloo_method(*host)
-        work.wait()
-        filled = []
-        with torch.no_grad():
-            for i in written:
-                for target, result in self._pairs(args[i], host[i]):
-                    if target.device.type == "tpu":
-                        target.copy_(result)
-                    filled.append(target)
+        gloo_method(*host).wait()
         # The future holds the filled tensors as one flat list, as Gloo's and NCCL's do.
-        return _done(filled)
+        return _done(_write_back([pair for i in written for pair in self._pairs(args[i], host[i])]))
 
     @staticmethod
     def _each(single, outputs, inputs, opts) -> dist.Work:
