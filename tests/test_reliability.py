@@ -349,6 +349,34 @@ def test_racing_threads_compile_a_new_program_once():
     assert all(counters["fallbacks"] == 0 for counters in ops.values()), ops
 
 
+@pytest.mark.parametrize("mode", ["strict", "debug", "compiled"])
+def test_a_thread_reads_a_tensor_another_updates_in_place(mode):
+    """Readers copy a storage's buffer while a writer gives that buffer to its in-place program (donation):
+    each reader sees some value of the race, as on CUDA, never "buffer has been deleted or donated"."""
+    steps = 6000
+    x = torch.zeros(64, device="tpu")
+    increment = torch.compile(lambda t: t.add_(1), backend="tpu") if mode == "compiled" else (lambda t: t.add_(1))
+    seen = {1: [], 2: []}
+
+    def work(rank):
+        if rank == 0:
+            for _ in range(steps):
+                increment(x)
+            return
+        for step in range(steps):
+            doubled = x * 2
+            if step % 600 == 0:
+                seen[rank].append(doubled.cpu())
+
+    with torchtpu.eager_mode("debug" if mode == "debug" else "strict"):
+        run_in_threads(work, 3)
+    assert x.cpu().eq(steps).all()
+    for values in seen.values():
+        firsts = [v[0].item() for v in values]
+        assert all((v == v[0]).all() for v in values) and firsts == sorted(firsts), firsts
+        assert 0 <= firsts[0] and firsts[-1] <= 2 * steps
+
+
 # ---- Ctrl-C -------------------------------------------------------------------------------------------
 
 # Python raises KeyboardInterrupt on SIGINT only if the signal was not ignored when it started, and a

@@ -325,8 +325,7 @@ TraceSource TraceRecording::storage(const at::Tensor& tensor) {
   Trace& t = current();
   if (handle.pending && handle.pending->trace == t.id) return {handle.pending->op, handle.pending->output};
   // Read before in this trace, and the storage still holds the buffer it read then.
-  if (handle.external_trace == t.id && handle.buffer &&
-      t.externals[static_cast<size_t>(handle.trace_external)].get() == handle.buffer.get()) {
+  if (handle.external_trace == t.id && handle.holds(t.externals[static_cast<size_t>(handle.trace_external)].get())) {
     return {-1, handle.trace_external};
   }
   ExternalOrigin origin;
@@ -362,11 +361,10 @@ int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources 
 void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims) {
   Trace& t = current();
   StorageHandle& handle = storage_handle(storage);
-  runtime::ShardingPtr sharding = handle.pending ? handle.pending->sharding
-                                  : handle.buffer ? handle.buffer->sharding_ptr() : nullptr;
+  runtime::ShardingPtr sharding = sharding_before_trace(handle);
   // Kept only where the new value has the old buffer's rank (as in strict mode, aten/op_build.cc).
   if (sharding && sharding->tiles().size() != dims.size()) sharding = nullptr;
-  handle.buffer.reset();
+  handle.set_buffer(nullptr);  // a trace reading the old buffer holds it as an external
   handle.pending = PendingValue{t.id, op, output, dtype, {dims.begin(), dims.end()}, sharding};
   t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl()),
                         std::move(sharding)});

@@ -6,6 +6,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "aten/device.h"
@@ -28,7 +29,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
-    auto* handle = new StorageHandle{nullptr, device, std::nullopt};
+    auto* handle = new StorageHandle(device);
     // Synthetic, never dereferenced; each storage gets its own address range so data_ptr() of views of
     // different storages never collide.
     constexpr uintptr_t kAlignment = 256;
@@ -109,10 +110,54 @@ StorageHandle& storage_handle(const c10::Storage& storage) {
   return *static_cast<StorageHandle*>(context);
 }
 
+runtime::BufferPtr StorageHandle::buffer() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return buffer_;
+}
+
+bool StorageHandle::holds(const runtime::Buffer* b) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return b != nullptr && buffer_.get() == b;
+}
+
+void StorageHandle::set_buffer(runtime::BufferPtr b) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  buffer_.swap(b);
+  pending.reset();
+}  // the old buffer, now in `b`, is dropped after the lock
+
+runtime::BufferPtr StorageHandle::buffer_or_init(const std::function<runtime::BufferPtr()>& make_zeros) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!buffer_) buffer_ = make_zeros();
+  return buffer_;
+}
+
+StorageWriteLock::StorageWriteLock(c10::SmallVector<StorageHandle*, 4> handles) : handles_(std::move(handles)) {
+  std::sort(handles_.begin(), handles_.end());
+  handles_.erase(std::unique(handles_.begin(), handles_.end()), handles_.end());
+  for (StorageHandle* handle : handles_) handle->mutex_.lock();
+}
+
+StorageWriteLock::~StorageWriteLock() {
+  for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) (*it)->mutex_.unlock();
+  released_.clear();
+}
+
+bool StorageWriteLock::sole_holder(const StorageHandle& handle, const runtime::BufferPtr& held) const {
+  return handle.buffer_.get() == held.get() && held.use_count() == 2;
+}
+
+void StorageWriteLock::set_buffer(StorageHandle& handle, runtime::BufferPtr b) {
+  TORCH_INTERNAL_ASSERT(std::binary_search(handles_.begin(), handles_.end(), &handle));
+  handle.buffer_.swap(b);
+  handle.pending.reset();
+  released_.push_back(std::move(b));
+}
+
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
   if (handle.pending) return {handle.pending->dtype, c10::multiply_integers(handle.pending->dims)};
-  if (handle.buffer) return {handle.buffer->dtype(), handle.buffer->numel()};
+  if (const runtime::BufferPtr buffer = handle.buffer()) return {buffer->dtype(), buffer->numel()};
   const size_t nbytes = tensor.storage().nbytes();
   const DType dtype = to_dtype(tensor.scalar_type());
   if (nbytes % element_size(dtype) == 0) return {dtype, static_cast<int64_t>(nbytes / element_size(dtype))};
@@ -121,35 +166,36 @@ std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
 
 runtime::ShardingPtr storage_sharding(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
-  if (handle.pending || !handle.buffer) return nullptr;
-  return handle.buffer->sharding_ptr();
+  if (handle.pending) return nullptr;
+  const runtime::BufferPtr buffer = handle.buffer();
+  return buffer ? buffer->sharding_ptr() : nullptr;
 }
 
-runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
-  const StorageHandle& handle = storage_handle(tensor);
+runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle) {
   if (handle.pending) return handle.pending->sharding;
-  return handle.buffer ? handle.buffer->sharding_ptr() : nullptr;
+  const runtime::BufferPtr buffer = handle.buffer();
+  return buffer ? buffer->sharding_ptr() : nullptr;
 }
 
 std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
   const StorageHandle& handle = storage_handle(tensor);
   if (handle.pending) return {handle.pending->dims.begin(), handle.pending->dims.end()};
-  if (handle.buffer) return handle.buffer->dims();
+  if (const runtime::BufferPtr buffer = handle.buffer()) return buffer->dims();
   return {storage_layout(tensor).second};
 }
 
-const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor) {
+runtime::BufferPtr storage_buffer(const at::Tensor& tensor) {
   StorageHandle& handle = storage_handle(tensor);
   if (handle.pending) {
     flush_trace("buffer needed");
     TORCH_CHECK(!handle.pending, "the value of this tpu tensor was lost: the fused program computing it failed");
   }
-  if (!handle.buffer) {
-    const auto [dtype, numel] = storage_layout(tensor);
+  if (runtime::BufferPtr buffer = handle.buffer()) return buffer;
+  const auto [dtype, numel] = storage_layout(tensor);  // read before the lock, which it takes
+  return handle.buffer_or_init([&, dtype = dtype, numel = numel] {
     at::Tensor zeros = at::zeros({numel}, at::TensorOptions().dtype(to_scalar_type(dtype)));
-    handle.buffer = upload_contiguous(zeros, handle.device);
-  }
-  return handle.buffer;
+    return upload_contiguous(zeros, handle.device);
+  });
 }
 
 DType to_dtype(at::ScalarType type) {

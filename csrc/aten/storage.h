@@ -8,6 +8,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/SmallVector.h>
 
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -30,18 +32,50 @@ struct PendingValue {
 };
 
 struct StorageHandle {
-  runtime::BufferPtr buffer;  // null until first written: reads see zeros
+  explicit StorageHandle(int device) : device(device) {}
+
   int device = 0;
   std::optional<PendingValue> pending;  // fused mode: the storage's value is not computed yet
-  // Fused mode: the trace being recorded reads `buffer` as its external `trace_external` (while
+  // Fused mode: the trace being recorded reads the buffer as its external `trace_external` (while
   // `external_trace` is that trace's id), so a storage read again in one trace skips the trace's lookups.
   uint64_t external_trace = 0;
   int trace_external = -1;
-  // A new buffer (an upload, a program result): the storage holds it now, not a pending value.
-  void set_buffer(runtime::BufferPtr b) {
-    buffer = std::move(b);
-    pending.reset();
-  }
+
+  // The buffer, null until first written (reads see zeros). A thread may read a storage while another
+  // rewrites it, as on CUDA, so the pointer is copied and replaced only under the handle's lock.
+  runtime::BufferPtr buffer() const;
+  bool holds(const runtime::Buffer* b) const;  // whether the buffer is `b` (not null)
+  // A new buffer (an upload, a program result): the storage holds it now, not a pending value. The old one
+  // is released after the lock (dropping a buffer may wait for the device).
+  void set_buffer(runtime::BufferPtr b);
+  // The buffer; a storage never written gets `make_zeros()` first (once, however many threads ask).
+  runtime::BufferPtr buffer_or_init(const std::function<runtime::BufferPtr()>& make_zeros);
+
+ private:
+  friend class StorageWriteLock;
+  mutable std::mutex mutex_;
+  runtime::BufferPtr buffer_;
+};
+
+// Held by a writer that may give storages' old buffers to its program (donation) from that decision until
+// its results are stored, so a reader on another thread either copied a buffer before the decision (the
+// writer sees it shared and keeps it) or waits and reads the result: it never gets a donated buffer.
+// Locks in address order, so writers of overlapping sets of storages cannot deadlock.
+class StorageWriteLock {
+ public:
+  explicit StorageWriteLock(c10::SmallVector<StorageHandle*, 4> handles);
+  StorageWriteLock(const StorageWriteLock&) = delete;
+  StorageWriteLock& operator=(const StorageWriteLock&) = delete;
+  ~StorageWriteLock();
+
+  // Whether `held`, a copy the writer took, is still `handle`'s buffer and the writer's copy and the
+  // handle are its only holders. `handle` must be one of the locked ones.
+  bool sole_holder(const StorageHandle& handle, const runtime::BufferPtr& held) const;
+  void set_buffer(StorageHandle& handle, runtime::BufferPtr b);  // as StorageHandle::set_buffer, locked
+
+ private:
+  c10::SmallVector<StorageHandle*, 4> handles_;
+  std::vector<runtime::BufferPtr> released_;  // old buffers, dropped after the locks
 };
 
 c10::Allocator* tpu_allocator();
@@ -50,12 +84,15 @@ inline StorageHandle& storage_handle(const at::Tensor& tensor) { return storage_
 
 // The storage's buffer; a storage never written gets a zero buffer of `dtype` first. A pending value
 // (fused mode) is computed first: the trace runs.
-const runtime::BufferPtr& storage_buffer(const at::Tensor& tensor);
+runtime::BufferPtr storage_buffer(const at::Tensor& tensor);
 // How the storage's buffer is split over the devices; null for a buffer on one device (or none yet, or a
 // pending value).
 runtime::ShardingPtr storage_sharding(const at::Tensor& tensor);
 // The sharding of the storage's buffer, or, for a pending value, of the buffer it had before the trace.
-runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor);
+runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle);
+inline runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
+  return sharding_before_trace(storage_handle(tensor));
+}
 // Element type and element count of the storage's buffer as it would be read (see storage_buffer).
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);
 // The dims of the storage's buffer: a program result keeps its tensor's shape (dims in memory order when it

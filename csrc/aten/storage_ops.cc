@@ -48,7 +48,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   if (storage.nbytes() == nbytes) return;
   StorageHandle& old_handle = storage_handle(storage);
   if (old_handle.pending) flush_trace("resize");  // fused mode: the bytes to carry over are computed first
-  runtime::BufferPtr old_buffer = old_handle.buffer;
+  runtime::BufferPtr old_buffer = old_handle.buffer();
   c10::DeviceGuard guard(storage.device());
   c10::DataPtr fresh = tpu_allocator()->allocate(nbytes);
   const size_t kept = old_buffer ? std::min(nbytes, old_buffer->nbytes()) : 0;
@@ -59,7 +59,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
     runtime::download(*old_buffer, old_bytes.mutable_data_ptr());
     at::Tensor new_bytes = at::zeros({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte));
     std::memcpy(new_bytes.mutable_data_ptr(), old_bytes.const_data_ptr(), kept);
-    static_cast<StorageHandle*>(fresh.get_context())->buffer = upload_contiguous(new_bytes, storage.device().index());
+    static_cast<StorageHandle*>(fresh.get_context())->set_buffer(upload_contiguous(new_bytes, storage.device().index()));
   }
   storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
   storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
