@@ -169,6 +169,20 @@ def test_compiled_multihead_attention_forward_and_backward_match_cpu():
         torch.testing.assert_close(a.grad.cpu(), b.grad, **TOL, msg=name)
 
 
+@pytest.mark.parametrize("head", ["flatten", "instance_norm", "transpose_flatten"])
+def test_compiled_channels_last_convolution_then_a_reshape_matches_cpu(head):
+    # The graph is traced on fake tensors, which lay a tpu convolution's result out row-major; eager tpu
+    # must give the same strides, or the traced view of a channels-last result fails.
+    torch.manual_seed(0)
+    conv = nn.ConvTranspose2d(3, 4, 3, padding=1) if head == "transpose_flatten" else nn.Conv2d(3, 4, 3, padding=1)
+    tail = nn.InstanceNorm2d(4) if head == "instance_norm" else nn.Flatten()
+    model = nn.Sequential(conv, tail).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    expected = model(x)
+    actual = torch.compile(copy.deepcopy(model).to("tpu"), backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(actual.cpu(), expected, **TOL)
+
+
 def test_compiled_eval_matches_cpu():
     torch.manual_seed(0)
     model = copy.deepcopy(CNN).eval()

@@ -42,26 +42,11 @@ ir::Type ir_type(const at::Tensor& t) { return ir::Type{to_dtype(t.scalar_type()
 
 // The dims of a dense result from outermost to innermost in memory, when the meta kernel lays it out in
 // another order than row-major (an elementwise op on a transposed input, attention following its query's
-// layout, channels-last convolution); empty for a row-major one. The result is then made in that layout,
+// layout); empty for a row-major one. The result is then made in that layout,
 // as CPU makes it: a compiled graph's later views and as_strided calls assume the meta kernel's strides.
 std::vector<int64_t> memory_order(const at::Tensor& t) {
   if (!t.defined() || t.is_contiguous()) return {};
   return lowering::dense_order(geometry(t));
-}
-
-// The meta kernel of convolution lays its result out row-major whatever its operands; CUDA's kernels make
-// the result channels-last (-3d) when the input or the weight is, and so does tpu. CPU does the same for
-// 2-d convolutions; for 3-d ones its choice follows its backend (row-major for a batch of one or a dtype
-// other than float32), which tpu does not copy.
-at::Tensor convolution_result_layout(const at::Tensor& result, const at::Tensor& input, const at::Tensor& weight) {
-  const bool three_d = result.dim() == 5;
-  if (result.dim() != 4 && !three_d) return result;
-  const at::MemoryFormat format = three_d ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
-  auto channels_last = [&](const at::Tensor& t) {
-    return t.dim() == result.dim() && t.suggest_memory_format() == format;
-  };
-  if (!channels_last(input) && !channels_last(weight)) return result;
-  return at::empty(result.sizes(), result.options().memory_format(format));
 }
 
 // Whether the rule reads the argument's current value: out= arguments and the self of ops that overwrite
@@ -562,10 +547,6 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       undefined_outputs.push_back(!t.defined());
       functional_meta.push_back(t);
     }
-  }
-  if (info.name == "aten::convolution") {
-    functional_meta[0] = convolution_result_layout(functional_meta[0], stack[first].toTensor(),
-                                                   stack[first + 1].toTensor());
   }
   const size_t num_functional = outputs.size();
   // out= tensors take the shapes the meta kernel gave their stand-ins.
