@@ -87,7 +87,10 @@ def test_mm_wrong_inner_dims(survivor):
     lambda t, c: torch.mul(t, c),
     lambda t, c: t.add_(c),
     lambda t, c: torch.mm(t.view(1, 3), c.view(3, 1)),
-], ids=["tpu+cpu", "cpu+tpu", "mul", "add_", "mm"])
+    lambda t, c: torch.cat([c, t]),
+    lambda t, c: torch.stack([t, c]),
+    lambda t, c: torch._foreach_add([t], [c]),
+], ids=["tpu+cpu", "cpu+tpu", "mul", "add_", "mm", "cat", "stack", "foreach"])
 def test_tpu_with_cpu_tensor(survivor, op):
     tpu, cpu = torch.ones(3, device="tpu"), torch.ones(3)
     with pytest.raises(RuntimeError) as info:
@@ -101,6 +104,10 @@ def test_tpu_with_cpu_scalar_tensor_is_allowed(survivor):
     result = torch.arange(3.0, device="tpu") + torch.tensor(2.0)
     assert result.device.type == "tpu"
     torch.testing.assert_close(result.cpu(), torch.arange(3.0) + 2)
+    # As on CUDA, CPU index tensors and a foreach op's 0-dim CPU scalars are accepted too.
+    x = torch.arange(3.0, device="tpu")
+    torch.testing.assert_close(x[torch.tensor([2, 0])].cpu(), torch.tensor([2.0, 0.0]))
+    torch.testing.assert_close(torch._foreach_mul([x], [torch.tensor(2.0)])[0].cpu(), torch.arange(3.0) * 2)
     assert_usable(survivor)
 
 

@@ -280,16 +280,16 @@ void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, t
   }
 }
 
-// Index tensors in Tensor?[] / Tensor[] arguments may live on the CPU, as with CUDA: copy them over.
+// Index tensors in Tensor?[] arguments may live on the CPU, as with CUDA: copy them over. (The CPU elements
+// a Tensor[] may have, a foreach op's 0-dim scalars, stay where they are: their values are program operands,
+// as a lone 0-dim CPU tensor's is.)
 void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex device) {
   for (size_t i = first; i < stack.size(); ++i) {
-    if (!is_tensor_list(stack[i])) continue;
+    if (!is_tensor_list(stack[i]) || stack[i].isTensorList()) continue;
     std::vector<at::Tensor> elements = list_elements(stack[i]);
     bool moved = false;
     for (at::Tensor& t : elements) {
-      // A 0-dim CPU tensor in a Tensor[] (a foreach op's per-tensor scalars, such as compiled Adam's bias
-      // corrections) stays where it is: its value is a program operand, as a lone one's is.
-      if (t.defined() && t.device().is_cpu() && !(stack[i].isTensorList() && t.dim() == 0)) {
+      if (t.defined() && t.device().is_cpu()) {
         t = t.to(c10::Device(c10::DeviceType::PrivateUse1, device));
         moved = true;
       }
@@ -370,8 +370,10 @@ c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::j
     const bool written = argument.alias_info() && argument.alias_info()->isWrite();
     if (v.isTensor()) visit(v.toTensor(), !written);
     else if (is_tensor_list(v)) {
+      // As CUDA: index tensors (Tensor?[]) may be on the CPU and are copied over, and so are a foreach op's
+      // 0-dim CPU scalars; any other CPU element of a Tensor[] (torch.cat, torch.stack) is a device mismatch.
       for (const at::Tensor& t : list_elements(v)) {
-        if (!t.defined() || !t.device().is_cpu()) visit(t, false);  // CPU list elements are copied over
+        if (!t.defined() || !t.device().is_cpu() || (v.isTensorList() && t.dim() > 0)) visit(t, false);
       }
     }
   }
