@@ -72,3 +72,35 @@ def test_histogram_bad_arguments():
     with pytest.raises(RuntimeError):
         torch.histogram(torch.arange(4, device="tpu"), 4)
     assert torch.histogram(x, 3).hist.sum().item() == 10  # the device is still usable
+
+
+def test_bincount_matches_cpu_on_the_device():
+    torchtpu.reset_metrics()
+    pixels = torch.randint(0, 256, (1000,), dtype=torch.uint8)
+    counts = torch.tensor([0, 1, 1, 5])
+    for args, kwargs in [((pixels,), {}), ((counts,), {}), ((counts,), {"minlength": 10}),
+                         ((counts.int(),), {"weights": torch.tensor([0.5, 0.25, 1.0, 2.0])}),
+                         ((counts,), {"weights": torch.tensor([1, 2, 3, 4])}),
+                         ((counts,), {"weights": torch.rand(4, dtype=torch.float64)}),
+                         ((torch.tensor([], dtype=torch.long),), {"minlength": 3})]:
+        expected = torch.bincount(*args, **kwargs)
+        actual = torch.bincount(*[a.to("tpu") for a in args], **{k: v.to("tpu") if isinstance(v, torch.Tensor) else v
+                                                                for k, v in kwargs.items()})
+        assert actual.dtype == expected.dtype
+        assert_close(actual.cpu(), expected)
+    assert fallback_ops() == {}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: torch.bincount(torch.tensor([-1, 2], device=d)), "non-negative"),
+    (lambda d: torch.bincount(torch.tensor([[1]], device=d)), "1-d non-negative"),
+    (lambda d: torch.bincount(torch.tensor([1], device=d), minlength=-1), "minlength should be >= 0"),
+    (lambda d: torch.bincount(torch.tensor([1, 2], device=d), weights=torch.tensor([1.0], device=d)), "same length"),
+    (lambda d: torch.bincount(torch.tensor([1.0], device=d)), "not implemented for 'Float'"),
+])
+def test_bincount_bad_input_raises_cpus_error(make, message):
+    with pytest.raises(RuntimeError, match=message) as cpu_error:
+        make("cpu")
+    with pytest.raises(RuntimeError, match=message) as tpu_error:
+        make("tpu")
+    assert type(tpu_error.value) is type(cpu_error.value)

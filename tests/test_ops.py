@@ -441,3 +441,32 @@ def test_hypot_neither_overflows_nor_underflows(dtype):
     a = torch.tensor([3e20, 3e-25, 3.0, 0.0, inf, nan, inf, -4.0, 1e38, -0.0]).to(dtype)
     b = torch.tensor([4e20, 4e-25, 4.0, 0.0, nan, 2.0, 1.0, 3.0, 1e38, 0.0]).to(dtype)
     assert_close(torch.hypot(a.to("tpu"), b.to("tpu")).cpu(), torch.hypot(a, b), equal_nan=True, rtol=1e-6, atol=0)
+
+
+SHIFT_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+
+
+@pytest.mark.parametrize("dtype", SHIFT_DTYPES, ids=str)
+def test_shifts_match_cpu_including_out_of_range_amounts(dtype):
+    # CPU's results for amounts below 0 or at least the width (left: 0; right: the sign fill), every
+    # spelling: operators, functions, in-place, a number on either side.
+    torchtpu.reset_metrics()
+    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    a = torch.randint(low, high, (64,), dtype=dtype)
+    amount = torch.randint(0 if dtype == torch.uint8 else -3, 255 if dtype == torch.uint8 else 70, (64,)).to(dtype)
+    for fn in (lambda x, y: x << y, lambda x, y: x >> y, lambda x, y: x << 3, lambda x, y: x >> 100,
+               lambda x, y: torch.bitwise_left_shift(7, y), lambda x, y: torch.bitwise_right_shift(x, y),
+               lambda x, y: x.clone().__ilshift__(y), lambda x, y: x.clone().bitwise_right_shift_(2)):
+        expected, actual = fn(a, amount), fn(tpu(a), tpu(amount)).cpu()
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+    assert fallback_ops() == {}
+
+
+def test_shifts_of_floats_and_bools_raise_as_on_cpu():
+    for fn in (lambda d: torch.ones(2, device=d) << 1, lambda d: torch.tensor([True], device=d) >> torch.tensor([True], device=d)):
+        with pytest.raises(RuntimeError) as cpu_error:
+            fn("cpu")
+        with pytest.raises(RuntimeError) as tpu_error:
+            fn("tpu")
+        assert type(tpu_error.value) is type(cpu_error.value)
+        assert str(tpu_error.value).split(" not implemented")[1] == str(cpu_error.value).split(" not implemented")[1]

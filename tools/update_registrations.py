@@ -42,6 +42,15 @@ def is_out_argument(argument) -> bool:
     return bool(argument.alias_info and argument.alias_info.is_write and argument.kwarg_only)
 
 
+def functional_of_in_place(name: str) -> str | None:
+    """The functional op an in-place one updates with: "add_" -> "add", "__ilshift__" -> "__lshift__"."""
+    if name.startswith("__i") and name.endswith("__"):
+        return "__" + name[3:]
+    if name.endswith("_") and not name.endswith("__"):
+        return name[:-1]
+    return None
+
+
 def overloads(rules: set[str]) -> list[str]:
     # torchtpu's internal ops ("torchtpu::_append_rows") are defined and registered by hand.
     rules = {r for r in rules if r.startswith("aten::")}
@@ -55,11 +64,12 @@ def overloads(rules: set[str]) -> list[str]:
     # pow.Scalar.
     for name, schema in schemas.items():
         base = schema.name[len("aten::"):]
-        if not base.endswith("_") or any(is_out_argument(a) for a in schema.arguments):
+        twin_of = functional_of_in_place(base)
+        if twin_of is None or any(is_out_argument(a) for a in schema.arguments):
             continue
         for rule in rules:
             functional = schemas[rule]
-            if functional.name != "aten::" + base[:-1] or functional.is_mutable:
+            if functional.name != "aten::" + twin_of or functional.is_mutable:
                 continue
             if signature(functional.arguments) == signature(schema.arguments):
                 chosen.add(name)
@@ -79,7 +89,10 @@ def ops_struct(overload: str) -> tuple[str, str]:
     """The at::_ops struct of an overload ("add_.Tensor" -> "add__Tensor") and the header declaring it."""
     name, _, overload_name = overload.partition(".")
     struct = f"{name}_{overload_name}" if overload_name else name
-    for root in (name[:-1] if name.endswith("_") and not name.endswith("__") else name, name):
+    # foo_ is declared in foo_ops.h, __lshift__ and __ilshift__ in lshift_ops.h.
+    in_place_root = name[:-1] if name.endswith("_") and not name.endswith("__") else name
+    dunder_root = name.strip("_")[1:] if name.startswith("__i") else name.strip("_")
+    for root in (in_place_root, name, dunder_root):
         header = ATEN_OPS / f"{root}_ops.h"
         if header.exists() and re.search(rf"struct TORCH_API {re.escape(struct)} {{", header.read_text()):
             return struct, f"ATen/ops/{root}_ops.h"

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -140,6 +141,34 @@ bool is_count_free_mask_put(const at::Tensor& self, const IndexList& indices, co
 }
 
 }  // namespace
+
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  // CPU's checks, in CPU's order and words.
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+                              "\"bincount_tpu\" not implemented for '", self.scalar_type(), "'");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  if (self.dim() == 1 && self.numel() == 0) return at::zeros({minlength}, self.options().dtype(at::kLong));
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  const bool weighted = weights.has_value() && weights->defined();
+  if (weighted) {
+    TORCH_CHECK(weights->dim() == 1 && weights->size(0) == self.size(0),
+                "weights should be 1-d and have the same length as input");
+  }
+  // The one sync: the smallest and the largest value.
+  flush_trace("data-dependent shape");
+  const auto [lowest, highest] = at::aminmax(self);
+  const at::Tensor bounds = at::stack({lowest, highest}).to(at::kLong).cpu();
+  TORCH_CHECK(bounds[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+  const int64_t length = std::max(bounds[1].item<int64_t>() + 1, minlength);
+  // As CPU: counts are int64; float32 weights sum in float32, any other weights in float64.
+  const at::ScalarType dtype =
+      !weighted ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  const at::Tensor added = weighted ? weights->to(dtype) : at::ones_like(self, self.options().dtype(at::kLong));
+  // A program per power of two of the length, as the ops above; the result is its leading part.
+  const int64_t rows = program_rows(length, std::numeric_limits<int64_t>::max());
+  const at::Tensor index = self.scalar_type() == at::kInt ? self : self.to(at::kLong);  // index_add's index types
+  return at::zeros({rows}, self.options().dtype(dtype)).index_add_(0, index, added).slice(0, 0, length);
+}
 
 at::Tensor nonzero(const at::Tensor& self) {
   const int64_t count = read_count(at::count_nonzero(self));

@@ -1,4 +1,4 @@
-// Ops whose result shape depends on the values: nonzero (and argwhere, which decomposes into it),
+// Ops whose result shape depends on the values: bincount, nonzero (and argwhere, which decomposes into it),
 // masked_select, boolean-mask indexing (index.Tensor, index_put), unique (_unique, _unique2, unique_dim) and
 // unique_consecutive. Each computes its count on the device and reads back that one integer, the op's
 // only sync (a pending fused trace flushes there, reason "data-dependent shape"); a static-size program
@@ -15,6 +15,8 @@
 
 namespace torchtpu::aten {
 
+// bincount: the values' range is the one host read (their minimum, for CPU's check, and their maximum).
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength);
 at::Tensor nonzero(const at::Tensor& self);
 at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out);
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask);

@@ -151,8 +151,10 @@
 #include <ATen/ops/binary_cross_entropy_backward_ops.h>
 #include <ATen/ops/binary_cross_entropy_ops.h>
 #include <ATen/ops/bitwise_and_ops.h>
+#include <ATen/ops/bitwise_left_shift_ops.h>
 #include <ATen/ops/bitwise_not_ops.h>
 #include <ATen/ops/bitwise_or_ops.h>
+#include <ATen/ops/bitwise_right_shift_ops.h>
 #include <ATen/ops/bitwise_xor_ops.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/bucketize_ops.h>
@@ -290,6 +292,7 @@
 #include <ATen/ops/logit_ops.h>
 #include <ATen/ops/logspace_ops.h>
 #include <ATen/ops/logsumexp_ops.h>
+#include <ATen/ops/lshift_ops.h>
 #include <ATen/ops/lt_ops.h>
 #include <ATen/ops/lu_unpack_ops.h>
 #include <ATen/ops/masked_fill_ops.h>
@@ -367,6 +370,7 @@
 #include <ATen/ops/roll_ops.h>
 #include <ATen/ops/round_ops.h>
 #include <ATen/ops/rrelu_with_noise_ops.h>
+#include <ATen/ops/rshift_ops.h>
 #include <ATen/ops/rsqrt_ops.h>
 #include <ATen/ops/rsub_ops.h>
 #include <ATen/ops/scatter_add_ops.h>
@@ -473,6 +477,18 @@ namespace torchtpu::aten {
 
 const std::vector<LoweredOp>& lowered_ops() {
   static const std::vector<LoweredOp> ops = {
+      {"__ilshift__.Scalar", &unboxed::register_entry<at::_ops::__ilshift___Scalar>},
+      {"__ilshift__.Tensor", &unboxed::register_entry<at::_ops::__ilshift___Tensor>},
+      {"__irshift__.Scalar", &unboxed::register_entry<at::_ops::__irshift___Scalar>},
+      {"__irshift__.Tensor", &unboxed::register_entry<at::_ops::__irshift___Tensor>},
+      {"__lshift__.Scalar", &unboxed::register_entry<at::_ops::__lshift___Scalar>},
+      {"__lshift__.Scalar_out", &unboxed::register_entry<at::_ops::__lshift___Scalar_out>},
+      {"__lshift__.Tensor", &unboxed::register_entry<at::_ops::__lshift___Tensor>},
+      {"__lshift__.Tensor_out", &unboxed::register_entry<at::_ops::__lshift___Tensor_out>},
+      {"__rshift__.Scalar", &unboxed::register_entry<at::_ops::__rshift___Scalar>},
+      {"__rshift__.Scalar_out", &unboxed::register_entry<at::_ops::__rshift___Scalar_out>},
+      {"__rshift__.Tensor", &unboxed::register_entry<at::_ops::__rshift___Tensor>},
+      {"__rshift__.Tensor_out", &unboxed::register_entry<at::_ops::__rshift___Tensor_out>},
       {"_adaptive_avg_pool2d", &unboxed::register_entry<at::_ops::_adaptive_avg_pool2d>},
       {"_adaptive_avg_pool2d.out", &unboxed::register_entry<at::_ops::_adaptive_avg_pool2d_out>},
       {"_adaptive_avg_pool2d_backward", &unboxed::register_entry<at::_ops::_adaptive_avg_pool2d_backward>},
@@ -938,6 +954,16 @@ const std::vector<LoweredOp>& lowered_ops() {
       {"bitwise_and.Tensor_out", &unboxed::register_entry<at::_ops::bitwise_and_Tensor_out>},
       {"bitwise_and_.Scalar", &unboxed::register_entry<at::_ops::bitwise_and__Scalar>},
       {"bitwise_and_.Tensor", &unboxed::register_entry<at::_ops::bitwise_and__Tensor>},
+      {"bitwise_left_shift.Scalar_Tensor", &unboxed::register_entry<at::_ops::bitwise_left_shift_Scalar_Tensor>},
+      {"bitwise_left_shift.Scalar_Tensor_out",
+       &unboxed::register_entry<at::_ops::bitwise_left_shift_Scalar_Tensor_out>},
+      {"bitwise_left_shift.Tensor", &unboxed::register_entry<at::_ops::bitwise_left_shift_Tensor>},
+      {"bitwise_left_shift.Tensor_Scalar", &unboxed::register_entry<at::_ops::bitwise_left_shift_Tensor_Scalar>},
+      {"bitwise_left_shift.Tensor_Scalar_out",
+       &unboxed::register_entry<at::_ops::bitwise_left_shift_Tensor_Scalar_out>},
+      {"bitwise_left_shift.Tensor_out", &unboxed::register_entry<at::_ops::bitwise_left_shift_Tensor_out>},
+      {"bitwise_left_shift_.Tensor", &unboxed::register_entry<at::_ops::bitwise_left_shift__Tensor>},
+      {"bitwise_left_shift_.Tensor_Scalar", &unboxed::register_entry<at::_ops::bitwise_left_shift__Tensor_Scalar>},
       {"bitwise_not", &unboxed::register_entry<at::_ops::bitwise_not>},
       {"bitwise_not.out", &unboxed::register_entry<at::_ops::bitwise_not_out>},
       {"bitwise_not_", &unboxed::register_entry<at::_ops::bitwise_not_>},
@@ -947,6 +973,16 @@ const std::vector<LoweredOp>& lowered_ops() {
       {"bitwise_or.Tensor_out", &unboxed::register_entry<at::_ops::bitwise_or_Tensor_out>},
       {"bitwise_or_.Scalar", &unboxed::register_entry<at::_ops::bitwise_or__Scalar>},
       {"bitwise_or_.Tensor", &unboxed::register_entry<at::_ops::bitwise_or__Tensor>},
+      {"bitwise_right_shift.Scalar_Tensor", &unboxed::register_entry<at::_ops::bitwise_right_shift_Scalar_Tensor>},
+      {"bitwise_right_shift.Scalar_Tensor_out",
+       &unboxed::register_entry<at::_ops::bitwise_right_shift_Scalar_Tensor_out>},
+      {"bitwise_right_shift.Tensor", &unboxed::register_entry<at::_ops::bitwise_right_shift_Tensor>},
+      {"bitwise_right_shift.Tensor_Scalar", &unboxed::register_entry<at::_ops::bitwise_right_shift_Tensor_Scalar>},
+      {"bitwise_right_shift.Tensor_Scalar_out",
+       &unboxed::register_entry<at::_ops::bitwise_right_shift_Tensor_Scalar_out>},
+      {"bitwise_right_shift.Tensor_out", &unboxed::register_entry<at::_ops::bitwise_right_shift_Tensor_out>},
+      {"bitwise_right_shift_.Tensor", &unboxed::register_entry<at::_ops::bitwise_right_shift__Tensor>},
+      {"bitwise_right_shift_.Tensor_Scalar", &unboxed::register_entry<at::_ops::bitwise_right_shift__Tensor_Scalar>},
       {"bitwise_xor.Scalar", &unboxed::register_entry<at::_ops::bitwise_xor_Scalar>},
       {"bitwise_xor.Scalar_out", &unboxed::register_entry<at::_ops::bitwise_xor_Scalar_out>},
       {"bitwise_xor.Tensor", &unboxed::register_entry<at::_ops::bitwise_xor_Tensor>},

@@ -51,8 +51,14 @@ const lowering::Rule* derive_rule(const c10::FunctionSchema& schema, bool is_out
   if (const lowering::Rule* exact = lowering::find_rule(full_name(schema))) return exact;
   std::string base = schema.name();
   if (!is_out) {
-    if (base.empty() || base.back() != '_') return nullptr;
-    base.pop_back();  // in-place "foo_" -> functional "foo"
+    const std::string dunder_in_place = "aten::__i";
+    if (base.rfind(dunder_in_place, 0) == 0 && base.size() > dunder_in_place.size() + 2 &&
+        base.compare(base.size() - 2, 2, "__") == 0) {
+      base = "aten::__" + base.substr(dunder_in_place.size());  // "__ilshift__" -> "__lshift__"
+    } else {
+      if (base.empty() || base.back() != '_') return nullptr;
+      base.pop_back();  // in-place "foo_" -> functional "foo"
+    }
   }
   const std::string functional = functional_of(schema, base, is_out);
   return functional.empty() ? nullptr : lowering::find_rule(functional);

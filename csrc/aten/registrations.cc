@@ -26,6 +26,7 @@
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torchtpu::aten;
   for (const LoweredOp& op : lowered_ops()) op.register_entry(m, op.name);
+  m.impl("bincount", &bincount);
   m.impl("cat", torch::CppFunction::makeFromBoxedFunction<&cat_kernel>());
   m.impl("_scaled_dot_product_fused_attention_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&attention_kernel>());

@@ -94,4 +94,29 @@ const char* mlir_name(DType dtype) {
   return "?";
 }
 
+const char* torch_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return "Bool";
+    case DType::kI8: return "Char";
+    case DType::kI16: return "Short";
+    case DType::kI32: return "Int";
+    case DType::kI64: return "Long";
+    case DType::kU8: return "Byte";
+    case DType::kU16: return "UInt16";
+    case DType::kU32: return "UInt32";
+    case DType::kU64: return "UInt64";
+    case DType::kF16: return "Half";
+    case DType::kBF16: return "BFloat16";
+    case DType::kF32: return "Float";
+    case DType::kF64: return "Double";
+    case DType::kC64: return "ComplexFloat";
+    case DType::kC128: return "ComplexDouble";
+    case DType::kF8E4M3FN: return "Float8_e4m3fn";
+    case DType::kF8E5M2: return "Float8_e5m2";
+    case DType::kF8E4M3FNUZ: return "Float8_e4m3fnuz";
+    case DType::kF8E5M2FNUZ: return "Float8_e5m2fnuz";
+  }
+  return "?";
+}
+
 }  // namespace torchtpu

@@ -45,5 +45,7 @@ DType complex_of(DType part);
 bool is_unsigned(DType dtype);
 // MLIR spelling of the element type, e.g. "f32", "i64", "ui8", "i1".
 const char* mlir_name(DType dtype);
+// PyTorch's name of the scalar type, as its "not implemented for 'Float'" errors spell it.
+const char* torch_name(DType dtype);
 
 }  // namespace torchtpu

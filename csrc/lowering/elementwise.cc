@@ -455,6 +455,39 @@ std::vector<Value> lower_bitwise_and_scalar(LoweringContext& ctx) { return bitwi
 std::vector<Value> lower_bitwise_or_scalar(LoweringContext& ctx) { return bitwise_scalar_op(ctx, "or"); }
 std::vector<Value> lower_bitwise_xor_scalar(LoweringContext& ctx) { return bitwise_scalar_op(ctx, "xor"); }
 
+// Shifts (bitwise_left_shift / bitwise_right_shift and the << >> operators; either side may be a number).
+// Out-of-range amounts give CPU's results, not the hardware's: a left shift by a negative amount or by the
+// width or more gives 0; a right shift by a negative amount or past the last value bit fills with the sign.
+Value shift_operand(LoweringContext& ctx, size_t i) {
+  const Type& t = out(ctx);
+  if (ctx.args[i].kind == Arg::Kind::kTensor) return cast_to(ctx.graph, ctx.tensor(i), t);
+  return ctx.scalar(i, t.dtype, t.dims);
+}
+
+std::vector<Value> shift(LoweringContext& ctx, bool left) {
+  Graph& g = ctx.graph;
+  const Type& t = out(ctx);
+  if (!is_integral(t.dtype)) {
+    throw std::invalid_argument(std::string("\"") + (left ? "lshift" : "rshift") + "_tpu\" not implemented for '" +
+                                torch_name(t.dtype) + "'");
+  }
+  const bool is_signed = !is_unsigned(t.dtype);
+  const int64_t width = static_cast<int64_t>(element_size(t.dtype) * 8);
+  const int64_t max_shift = left ? width : width - (is_signed ? 1 : 0);
+  Value a = shift_operand(ctx, 0), amount = shift_operand(ctx, 1);
+  Value out_of_range = g.compare(amount, g.constant_int(max_shift, t.dtype, t.dims), Comparison::kGE);
+  if (is_signed) {
+    out_of_range = g.binary("or", out_of_range, g.compare(amount, g.constant_int(0, t.dtype, t.dims), Comparison::kLT));
+  }
+  if (left) return {g.select(out_of_range, g.constant_int(0, t.dtype, t.dims), g.binary("shift_left", a, amount))};
+  const char* right = is_signed ? "shift_right_arithmetic" : "shift_right_logical";
+  // A right shift past the range: the sign fill of a signed value (a >> (width - 1)), 0 of an unsigned one.
+  Value beyond = is_signed ? g.binary(right, a, g.constant_int(max_shift, t.dtype, t.dims)) : g.constant_int(0, t.dtype, t.dims);
+  return {g.select(out_of_range, beyond, g.binary(right, a, amount))};
+}
+std::vector<Value> lower_left_shift(LoweringContext& ctx) { return shift(ctx, true); }
+std::vector<Value> lower_right_shift(LoweringContext& ctx) { return shift(ctx, false); }
+
 Value truthy(Graph& g, Value x, const std::vector<int64_t>& dims) {
   Value v = broadcast_to(g, x, dims);
   const DType dtype = g.type(v).dtype;
@@ -643,6 +676,14 @@ void add_elementwise_rules(std::vector<Rule>& table) {
   table.push_back({"aten::bitwise_or.Tensor", &lower_bitwise_or});
   table.push_back({"aten::bitwise_xor.Scalar", &lower_bitwise_xor_scalar});
   table.push_back({"aten::bitwise_xor.Tensor", &lower_bitwise_xor});
+  for (const char* name : {"aten::bitwise_left_shift.Tensor", "aten::bitwise_left_shift.Tensor_Scalar",
+                           "aten::bitwise_left_shift.Scalar_Tensor", "aten::__lshift__.Tensor", "aten::__lshift__.Scalar"}) {
+    table.push_back({name, &lower_left_shift});
+  }
+  for (const char* name : {"aten::bitwise_right_shift.Tensor", "aten::bitwise_right_shift.Tensor_Scalar",
+                           "aten::bitwise_right_shift.Scalar_Tensor", "aten::__rshift__.Tensor", "aten::__rshift__.Scalar"}) {
+    table.push_back({name, &lower_right_shift});
+  }
   table.push_back({"aten::ceil", &lower_ceil});
   table.push_back({"aten::clamp.Tensor", &lower_clamp_tensor});
   table.push_back({"aten::copysign.Tensor", &lower_copysign});
