@@ -173,3 +173,21 @@ def test_traces_run_op_by_op_on_request():
     x = torch.arange(6.0).reshape(2, 3) * 2
     assert_close(torch.tensor(x_tpu), x)
     assert_close(torch.tensor(y_tpu), torch.softmax(x, 1).sum(0) + x[0])
+
+
+def test_a_second_thread_recording_into_the_trace_warns_once():
+    # In a fresh process: the warning is given once per process.
+    done = run_python("""
+        import threading, warnings, torch, torchtpu
+        x = torch.ones(4, device="tpu")
+        with torchtpu.eager_mode("fused"), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = x + 1
+            other = threading.Thread(target=lambda: x * 2)
+            other.start()
+            other.join()
+            print(y.cpu().tolist())
+        print(sum("ops of several threads now interleave" in str(w.message) for w in caught))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[2.0,", "2.0,", "2.0,", "2.0]", "1"]

@@ -294,3 +294,9 @@ def test_a_tpu_generator_drives_ops_that_run_on_the_cpu():
     assert abs(first.mean().item() - 4.0) < 0.05 and abs(first.var().item() - 4.0) < 0.1
     counts = torch.binomial(torch.full((4,), 10.0, device="tpu"), torch.full((4,), 0.5, device="tpu"), generator=g)
     assert counts.device.type == "tpu" and ((counts >= 0) & (counts <= 10)).all().item()
+
+
+def test_a_tpu_generator_given_to_a_cpu_op_raises_a_clear_error():
+    for sample in (lambda g: torch.randn(3, generator=g), lambda g: torch.empty(3).uniform_(generator=g)):
+        with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'tpu'"):
+            sample(torch.Generator(device="tpu"))

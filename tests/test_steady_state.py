@@ -360,3 +360,28 @@ def test_process_exits_cleanly_after_training_with_scalar_operands():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "trained" in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "compiled"])
+def test_weighted_label_smoothed_cross_entropy_with_ignored_targets_settles(mode):
+    # PyTorch's composite selects the non-ignored targets' weights (masked_select): a shape per count of
+    # ignored pixels. tpu sums them through a mask instead (torchtpu/_cross_entropy.py), matching CPU.
+    torch.manual_seed(0)
+    weight, logits = torch.rand(5), torch.randn(4, 5, 8, 8)
+    on_tpu, on_cpu = logits.to("tpu").requires_grad_(), logits.clone().requires_grad_()
+    loss = lambda x, y, w: torch.nn.functional.cross_entropy(x, y, weight=w, ignore_index=255, label_smoothing=0.1)
+    tpu_loss = torch.compile(loss, backend="tpu") if mode == "compiled" else loss
+    with torchtpu.eager_mode("fused" if mode == "fused" else "strict"):
+        for step in range(8):
+            target = torch.randint(0, 5, (4, 8, 8))
+            target[torch.rand(4, 8, 8) < 0.2 + 0.05 * step] = 255
+            if step == 3:
+                torchtpu.reset_metrics()
+            actual = tpu_loss(on_tpu, target.to("tpu"), weight.to("tpu"))
+            actual.backward()
+            expected = loss(on_cpu, target, weight)
+            expected.backward()
+            assert_close(actual.cpu(), expected, rtol=1e-5, atol=1e-6)
+        assert compiles() == 0 and torchtpu.metrics()["fused"]["compiles"] == 0
+        assert "data-dependent shape" not in torchtpu.metrics()["fused"]["flushes"]
+    assert_close(on_tpu.grad.cpu(), on_cpu.grad, rtol=1e-4, atol=1e-6)

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -55,6 +56,7 @@ struct Trace {
   std::unordered_map<const c10::StorageImpl*, int> original_external;
   cache::ProgramKey key;  // op ids and wiring, as recorded
   bool capturing = false;  // begun by begin_capture(): any flush ends the capture, even of no ops
+  std::thread::id recorder;  // the thread that recorded the first op
 };
 
 // TORCHTPU_FUSED_OP_BY_OP=1 runs every trace op by op: tells a fusion problem from a recording one.
@@ -316,6 +318,13 @@ TraceRecording::TraceRecording(int device) : lock_(trace_mutex()) {
   }
   if (t.id == 0) t.id = next_trace_id();
   t.device = device;
+  if (t.ops.empty()) {
+    t.recorder = std::this_thread::get_id();
+  } else if (t.recorder != std::this_thread::get_id()) {
+    TORCH_WARN_ONCE("torchtpu: fused mode records one trace per process, and ops of several threads now "
+                    "interleave in it; each interleaving is a new program to compile, so threads working at once "
+                    "keep compiling. Use strict mode (the default) for multi-threaded work (docs/modes.md).");
+  }
 }
 
 TraceRecording::~TraceRecording() = default;

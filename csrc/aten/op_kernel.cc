@@ -386,6 +386,13 @@ c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::j
       }
     }
   }
+  if (!device) {
+    // A tpu generator given to an op on CPU tensors brings the call here: CPU's (and CUDA's) words for it.
+    for (size_t i = first; i < stack.size(); ++i) {
+      TORCH_CHECK(!stack[i].isGenerator() || stack[i].toGenerator().device().type() != c10::DeviceType::PrivateUse1,
+                  "Expected a 'cpu' device type for generator but found 'tpu'");
+    }
+  }
   TORCH_CHECK(device.has_value(), schema.name(), ": expected a tpu tensor argument");
   TORCH_CHECK(!other.has_value(), "Expected all tensors to be on the same device, but found at least two devices, ",
               *device, " and ", *other, "!");

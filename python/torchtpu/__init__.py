@@ -6,7 +6,7 @@ generator are registered by the C++ extension ``torchtpu._C`` when it loads.
 """
 import torch
 
-from torchtpu import _C, _accelerate, _dlpack, _meta, _pickling, _plugin, _printing, _sync_batch_norm, _trainer, _transformer  # noqa: F401  (_meta registers missing meta kernels)
+from torchtpu import _C, _accelerate, _cross_entropy, _dlpack, _meta, _pickling, _plugin, _printing, _sync_batch_norm, _trainer, _transformer  # noqa: F401  (_meta registers missing meta kernels)
 
 _C._set_plugin_candidates(_plugin.candidates())
 torch.utils.rename_privateuse1_backend("tpu")
@@ -19,6 +19,7 @@ _printing.install()
 _pickling.install()  # pickle of tpu storages through torch.save's zipfile format
 _dlpack.install()  # DLPack export of tpu tensors refused (no address to share)
 _sync_batch_norm.install()  # nn.SyncBatchNorm's per-device kernels
+_cross_entropy.install()  # weighted, label-smoothed cross entropy without a data-dependent shape
 _accelerate.install()  # accelerate (Trainer) places batches on tpu
 _trainer.install()  # Trainer checkpoints keep the tpu random generators
 _transformer.install()  # nn.TransformerEncoder's nested-tensor fast path, computed densely
