@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
 #include <atomic>
@@ -318,7 +319,10 @@ TraceRecording::TraceRecording(int device) : lock_(trace_mutex()) {
   }
   if (t.id == 0) t.id = next_trace_id();
   t.device = device;
-  if (t.ops.empty()) {
+  // A backward pass runs on autograd's device thread while the thread that asked for it waits: its ops
+  // follow that thread's, they do not interleave with them.
+  if (torch::autograd::get_current_graph_task_id() != -1) return;
+  if (t.ops.empty() || t.recorder == std::thread::id()) {
     t.recorder = std::this_thread::get_id();
   } else if (t.recorder != std::this_thread::get_id()) {
     TORCH_WARN_ONCE("torchtpu: fused mode records one trace per process, and ops of several threads now "
@@ -370,10 +374,12 @@ int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources 
 void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims) {
   Trace& t = current();
   StorageHandle& handle = storage_handle(storage);
-  runtime::ShardingPtr sharding = sharding_before_trace(handle);
+  // A trace reading the old buffer holds it as an external.
+  const runtime::BufferPtr old_buffer = handle.take_buffer();
+  runtime::ShardingPtr sharding = handle.pending ? handle.pending->sharding
+                                  : old_buffer ? old_buffer->sharding_ptr() : nullptr;
   // Kept only where the new value has the old buffer's rank (as in strict mode, aten/op_build.cc).
   if (sharding && sharding->tiles().size() != dims.size()) sharding = nullptr;
-  handle.set_buffer(nullptr);  // a trace reading the old buffer holds it as an external
   handle.pending = PendingValue{t.id, op, output, dtype, {dims.begin(), dims.end()}, sharding};
   t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl()),
                         std::move(sharding)});

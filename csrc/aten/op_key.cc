@@ -70,11 +70,16 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   if (handle.pending) {  // fused mode: the dims its buffer will have, so one program serves both
     key.add(static_cast<int64_t>(handle.pending->dtype));
     key.add_list(handle.pending->dims.data(), handle.pending->dims.size());
-  } else if (const runtime::BufferPtr buffer = handle.buffer()) {
+    return;
+  }
+  const bool has_buffer = handle.with_buffer([&](const runtime::Buffer* buffer) {
+    if (buffer == nullptr) return false;
     key.add(static_cast<int64_t>(buffer->dtype()));
     key.add_list(buffer->dims().data(), buffer->dims().size());
     if (const runtime::Sharding* sharding = buffer->sharding()) key.add(sharding->id());  // an SPMD program
-  } else {
+    return true;
+  });
+  if (!has_buffer) {
     const auto [dtype, numel] = storage_layout(t);
     key.add(static_cast<int64_t>(dtype));
     key.add_list(&numel, 1);

@@ -111,23 +111,28 @@ StorageHandle& storage_handle(const c10::Storage& storage) {
 }
 
 runtime::BufferPtr StorageHandle::buffer() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<BufferLock> lock(mutex_);
   return buffer_;
 }
 
 bool StorageHandle::holds(const runtime::Buffer* b) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<BufferLock> lock(mutex_);
   return b != nullptr && buffer_.get() == b;
 }
 
 void StorageHandle::set_buffer(runtime::BufferPtr b) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<BufferLock> lock(mutex_);
   buffer_.swap(b);
   pending.reset();
 }  // the old buffer, now in `b`, is dropped after the lock
 
+runtime::BufferPtr StorageHandle::take_buffer() {
+  std::lock_guard<BufferLock> lock(mutex_);
+  return std::move(buffer_);
+}
+
 runtime::BufferPtr StorageHandle::buffer_or_init(const std::function<runtime::BufferPtr()>& make_zeros) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<BufferLock> lock(mutex_);
   if (!buffer_) buffer_ = make_zeros();
   return buffer_;
 }
@@ -171,7 +176,8 @@ runtime::ShardingPtr storage_sharding(const at::Tensor& tensor) {
   return buffer ? buffer->sharding_ptr() : nullptr;
 }
 
-runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle) {
+runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
+  const StorageHandle& handle = storage_handle(tensor);
   if (handle.pending) return handle.pending->sharding;
   const runtime::BufferPtr buffer = handle.buffer();
   return buffer ? buffer->sharding_ptr() : nullptr;

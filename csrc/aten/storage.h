@@ -9,7 +9,9 @@
 #include <c10/util/SmallVector.h>
 
 #include <functional>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <vector>
 
@@ -31,6 +33,22 @@ struct PendingValue {
   runtime::ShardingPtr sharding;
 };
 
+// The lock of one storage's buffer pointer: held for a pointer copy, or by a donating writer for one op's
+// launch. Cheaper than std::mutex uncontended (every op takes a few), and contended only by threads racing on
+// one tensor, which then wait microseconds.
+class BufferLock {
+ public:
+  void lock() {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
 struct StorageHandle {
   explicit StorageHandle(int device) : device(device) {}
 
@@ -45,15 +63,23 @@ struct StorageHandle {
   // rewrites it, as on CUDA, so the pointer is copied and replaced only under the handle's lock.
   runtime::BufferPtr buffer() const;
   bool holds(const runtime::Buffer* b) const;  // whether the buffer is `b` (not null)
+  // `read(buffer or null)` under the lock, for a look at the buffer without taking a reference (op keys).
+  template <class Read>
+  auto with_buffer(const Read& read) const {
+    std::lock_guard<BufferLock> lock(mutex_);
+    return read(buffer_.get());
+  }
   // A new buffer (an upload, a program result): the storage holds it now, not a pending value. The old one
   // is released after the lock (dropping a buffer may wait for the device).
   void set_buffer(runtime::BufferPtr b);
+  // Takes the buffer out (fused mode: the storage is about to hold a pending value).
+  runtime::BufferPtr take_buffer();
   // The buffer; a storage never written gets `make_zeros()` first (once, however many threads ask).
   runtime::BufferPtr buffer_or_init(const std::function<runtime::BufferPtr()>& make_zeros);
 
  private:
   friend class StorageWriteLock;
-  mutable std::mutex mutex_;
+  mutable BufferLock mutex_;
   runtime::BufferPtr buffer_;
 };
 
@@ -89,10 +115,7 @@ runtime::BufferPtr storage_buffer(const at::Tensor& tensor);
 // pending value).
 runtime::ShardingPtr storage_sharding(const at::Tensor& tensor);
 // The sharding of the storage's buffer, or, for a pending value, of the buffer it had before the trace.
-runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle);
-inline runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
-  return sharding_before_trace(storage_handle(tensor));
-}
+runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor);
 // Element type and element count of the storage's buffer as it would be read (see storage_buffer).
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);
 // The dims of the storage's buffer: a program result keeps its tensor's shape (dims in memory order when it
