@@ -5,7 +5,6 @@
 #include <c10/core/TensorImpl.h>
 
 #include <atomic>
-#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -214,23 +213,20 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   for (const runtime::BufferPtr& b : held) raw.push_back(b.get());
   // A result takes over its storage's old buffer only when that storage is its sole holder; the inputs
   // written stay locked from that decision until they hold the results (aten/storage.h).
-  std::optional<StorageWriteLock> write_lock;
+  c10::SmallVector<StorageHandle*, 4> written;
+  for (const Result& result : results_) {
+    if (result.kind == Result::Kind::kInput) written.push_back(&storage_handle(inputs[result.index]));
+  }
+  StorageWriteLock write_lock(written);
   std::vector<int64_t> kept;
-  if (!program_->aliased_externals.empty()) {
-    c10::SmallVector<StorageHandle*, 4> written;
-    for (const Result& result : results_) {
-      if (result.kind == Result::Kind::kInput) written.push_back(&storage_handle(inputs[result.index]));
-    }
-    write_lock.emplace(written);
-    for (int64_t e : program_->aliased_externals) {
-      const Parameter& param = parameters_[static_cast<size_t>(e)];
-      const runtime::BufferPtr& buffer = held[static_cast<size_t>(e)];
-      // The value-check state is only touched under the trace lock, held here.
-      const bool sole = param.kind == Parameter::Kind::kInput
-                            ? write_lock->sole_holder(storage_handle(inputs[param.index]), buffer)
-                            : buffer.use_count() == 2;  // its handle and `held`
-      if (!sole) kept.push_back(e);
-    }
+  for (int64_t e : program_->aliased_externals) {
+    const Parameter& param = parameters_[static_cast<size_t>(e)];
+    const runtime::BufferPtr& buffer = held[static_cast<size_t>(e)];
+    // The value-check state is only touched under the trace lock, held here.
+    const bool sole = param.kind == Parameter::Kind::kInput
+                          ? write_lock.sole_holder(storage_handle(inputs[param.index]), buffer)
+                          : buffer.use_count() == 2;  // its handle and `held`
+    if (!sole) kept.push_back(e);
   }
   std::vector<runtime::BufferPtr> results = eager::execute(*program_->executable, device_, raw, kept);
   held.clear();
@@ -245,11 +241,9 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   for (size_t r = 0; r < results_.size(); ++r) {
     const Result& result = results_[r];
     switch (result.kind) {
-      case Result::Kind::kInput: {
-        StorageHandle& handle = storage_handle(inputs[result.index]);
-        write_lock ? write_lock->set_buffer(handle, std::move(results[r])) : handle.set_buffer(std::move(results[r]));
+      case Result::Kind::kInput:
+        write_lock.set_buffer(storage_handle(inputs[result.index]), std::move(results[r]));
         break;
-      }
       case Result::Kind::kNewStorage:
         storage_handle(new_storages[result.index]).set_buffer(std::move(results[r]));
         break;

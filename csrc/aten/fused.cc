@@ -338,7 +338,10 @@ TraceSource TraceRecording::storage(const at::Tensor& tensor) {
   Trace& t = current();
   if (handle.pending && handle.pending->trace == t.id) return {handle.pending->op, handle.pending->output};
   // Read before in this trace, and the storage still holds the buffer it read then.
-  if (handle.external_trace == t.id && handle.holds(t.externals[static_cast<size_t>(handle.trace_external)].get())) {
+  const auto still_holds = [&](const runtime::Buffer* buffer) {
+    return buffer != nullptr && buffer == t.externals[static_cast<size_t>(handle.trace_external)].get();
+  };
+  if (handle.external_trace == t.id && handle.with_buffer(still_holds)) {
     return {-1, handle.trace_external};
   }
   ExternalOrigin origin;

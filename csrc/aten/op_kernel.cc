@@ -10,10 +10,10 @@
 #include <c10/util/accumulate.h>
 
 #include <cmath>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "aten/device_error.h"
@@ -195,32 +195,24 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
     raw.push_back(held.back().get());
   }
   // A write takes over its input's buffer only when the storage being rewritten is its sole holder and the
-  // program reads that buffer through no other parameter. Deciding that, the storages written stay locked
-  // until they hold the results, so no other thread reads a buffer the program took (aten/storage.h).
-  std::optional<StorageWriteLock> write_lock;
+  // program reads that buffer through no other parameter. The storages written stay locked from that
+  // decision until they hold the results, so no other thread reads a buffer the program took (aten/storage.h).
   std::vector<int64_t> kept;
-  if (!signature.donations.empty()) {
-    c10::SmallVector<StorageHandle*, 4> written;
-    for (const OutputBinding& write : signature.writes) written.push_back(&storage_handle(tensors.get(write.arg, write.element)));
-    write_lock.emplace(written);
+  c10::SmallVector<StorageHandle*, 4> written;
+  for (const OutputBinding& write : signature.writes) written.push_back(&storage_handle(tensors.get(write.arg, write.element)));
+  std::vector<runtime::BufferPtr> outputs;
+  {
+    StorageWriteLock write_lock(written);
     for (const auto& [param, write] : signature.donations) {
       const runtime::BufferPtr& buffer = held[param];
-      bool donate = write_lock->sole_holder(*written[write], buffer);
+      bool donate = write_lock.sole_holder(*written[write], buffer);
       for (size_t p = 0; donate && p < raw.size(); ++p) donate = p == param || raw[p] != buffer.get();
       if (!donate) kept.push_back(static_cast<int64_t>(param));
     }
+    outputs = eager::execute(*signature.executable, device, raw, kept);
+    info.counters->executions++;
+    for (size_t w = 0; w < written.size(); ++w) write_lock.set_buffer(*written[w], std::move(outputs[signature.first_write + w]));
   }
-
-  std::vector<runtime::BufferPtr> outputs = eager::execute(*signature.executable, device, raw, kept);
-  info.counters->executions++;
-
-  for (size_t w = 0; w < signature.writes.size(); ++w) {
-    const OutputBinding& write = signature.writes[w];
-    StorageHandle& handle = storage_handle(tensors.get(write.arg, write.element));
-    runtime::BufferPtr& result = outputs[signature.first_write + w];
-    write_lock ? write_lock->set_buffer(handle, std::move(result)) : handle.set_buffer(std::move(result));
-  }
-  write_lock.reset();
   push_returns(info, signature, stack, first, [&](const OutputBinding&, const c10::Storage& storage, size_t output) {
     storage_handle(storage).set_buffer(std::move(outputs[output]));
   });

@@ -111,28 +111,23 @@ StorageHandle& storage_handle(const c10::Storage& storage) {
 }
 
 runtime::BufferPtr StorageHandle::buffer() const {
-  std::lock_guard<BufferLock> lock(mutex_);
+  std::lock_guard<BufferLock> lock(lock_);
   return buffer_;
 }
 
-bool StorageHandle::holds(const runtime::Buffer* b) const {
-  std::lock_guard<BufferLock> lock(mutex_);
-  return b != nullptr && buffer_.get() == b;
-}
-
 void StorageHandle::set_buffer(runtime::BufferPtr b) {
-  std::lock_guard<BufferLock> lock(mutex_);
+  std::lock_guard<BufferLock> lock(lock_);
   buffer_.swap(b);
   pending.reset();
 }  // the old buffer, now in `b`, is dropped after the lock
 
 runtime::BufferPtr StorageHandle::take_buffer() {
-  std::lock_guard<BufferLock> lock(mutex_);
+  std::lock_guard<BufferLock> lock(lock_);
   return std::move(buffer_);
 }
 
 runtime::BufferPtr StorageHandle::buffer_or_init(const std::function<runtime::BufferPtr()>& make_zeros) {
-  std::lock_guard<BufferLock> lock(mutex_);
+  std::lock_guard<BufferLock> lock(lock_);
   if (!buffer_) buffer_ = make_zeros();
   return buffer_;
 }
@@ -140,11 +135,11 @@ runtime::BufferPtr StorageHandle::buffer_or_init(const std::function<runtime::Bu
 StorageWriteLock::StorageWriteLock(c10::SmallVector<StorageHandle*, 4> handles) : handles_(std::move(handles)) {
   std::sort(handles_.begin(), handles_.end());
   handles_.erase(std::unique(handles_.begin(), handles_.end()), handles_.end());
-  for (StorageHandle* handle : handles_) handle->mutex_.lock();
+  for (StorageHandle* handle : handles_) handle->lock_.lock();
 }
 
 StorageWriteLock::~StorageWriteLock() {
-  for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) (*it)->mutex_.unlock();
+  for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) (*it)->lock_.unlock();
   released_.clear();
 }
 

@@ -8,11 +8,11 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/SmallVector.h>
 
-#include <functional>
 #include <atomic>
+#include <functional>
 #include <mutex>
-#include <thread>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -62,11 +62,11 @@ struct StorageHandle {
   // The buffer, null until first written (reads see zeros). A thread may read a storage while another
   // rewrites it, as on CUDA, so the pointer is copied and replaced only under the handle's lock.
   runtime::BufferPtr buffer() const;
-  bool holds(const runtime::Buffer* b) const;  // whether the buffer is `b` (not null)
-  // `read(buffer or null)` under the lock, for a look at the buffer without taking a reference (op keys).
+  // `read(buffer or null)` under the lock, for a look at the buffer without taking a reference (op keys,
+  // fused recording).
   template <class Read>
   auto with_buffer(const Read& read) const {
-    std::lock_guard<BufferLock> lock(mutex_);
+    std::lock_guard<BufferLock> lock(lock_);
     return read(buffer_.get());
   }
   // A new buffer (an upload, a program result): the storage holds it now, not a pending value. The old one
@@ -79,12 +79,12 @@ struct StorageHandle {
 
  private:
   friend class StorageWriteLock;
-  mutable BufferLock mutex_;
+  mutable BufferLock lock_;
   runtime::BufferPtr buffer_;
 };
 
-// Held by a writer that may give storages' old buffers to its program (donation) from that decision until
-// its results are stored, so a reader on another thread either copied a buffer before the decision (the
+// Held by an op that writes storages, from its decision to give their old buffers to its program (donation)
+// until they hold its results, so a reader on another thread either copied a buffer before the decision (the
 // writer sees it shared and keeps it) or waits and reads the result: it never gets a donated buffer.
 // Locks in address order, so writers of overlapping sets of storages cannot deadlock.
 class StorageWriteLock {
