@@ -344,6 +344,10 @@ def test_unfold_and_sgn_backward_stay_on_device():
         xt = tpu(x.detach()).requires_grad_()
         (xt.unfold(1, size, step) ** 2).sum().backward()
         assert_close(xt.grad.cpu(), x.grad)
+    # A gradient that broadcasts to the windows' shape, as torch.istft's decomposition passes one.
+    envelope = torch.randn(64).square().expand(1, 26, 64)
+    assert_close(torch.ops.aten.unfold_backward(tpu(envelope), [2, 464], 1, 64, 16).cpu(),
+                 torch.ops.aten.unfold_backward(envelope, [2, 464], 1, 64, 16))
     xt = torch.randn(4, device="tpu", requires_grad=True)
     torch.sgn(xt).sum().backward()  # autograd's zero gradient is built on the device
     assert torch.equal(xt.grad.cpu(), torch.zeros(4))

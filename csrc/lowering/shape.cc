@@ -228,26 +228,30 @@ std::vector<Value> lower_masked_fill_tensor(LoweringContext& ctx) {
 
 // unfold_backward(grad_in, input_sizes, dim, size, step): grad_in is [..., windows, ..., size] with the windows
 // at `dim`; element k of window w came from position w * step + k. Each k adds its slice back, spread by
-// interior padding to every step-th position.
+// interior padding to every step-th position. grad_in may broadcast to that shape, as CPU's kernel lets it
+// (torch.istft's decomposition passes a window envelope of batch 1).
 std::vector<Value> lower_unfold_backward(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& t = out(ctx);
-  const Type& grad_type = ctx.type_of(0);
   const int64_t rank = t.rank();
+  if (rank == 0) return {g.convert(g.reshape(ctx.tensor(0), {}), t.dtype)};
   const int64_t dim = wrap_dim(ctx.integer(2), rank);
   const int64_t size = ctx.integer(3), step = ctx.integer(4);
-  const int64_t windows = rank == 0 ? 1 : grad_type.dims[dim];
+  const int64_t windows = (t.dims[dim] - size) / step + 1;
+  std::vector<int64_t> grad_dims = t.dims;
+  grad_dims[dim] = windows;
+  grad_dims.push_back(size);
+  Value grad = cast_to(g, ctx.tensor(0), Type{ctx.type_of(0).dtype, grad_dims});
   const DType accumulate = accumulation_dtype(t.dtype);
   Value total = g.constant(0.0, accumulate, t.dims);
-  if (rank == 0) return {g.convert(g.reshape(ctx.tensor(0), {}), t.dtype)};
-  std::vector<int64_t> sliced = grad_type.dims;
-  sliced.pop_back();
+  std::vector<int64_t> sliced = t.dims;
+  sliced[dim] = windows;
   Value zero = g.constant(0.0, accumulate);
   for (int64_t k = 0; k < size && windows > 0; ++k) {
-    std::vector<int64_t> start(grad_type.dims.size(), 0), limit = grad_type.dims, unit(grad_type.dims.size(), 1);
+    std::vector<int64_t> start(grad_dims.size(), 0), limit = grad_dims, unit(grad_dims.size(), 1);
     start.back() = k;
     limit.back() = k + 1;
-    Value part = g.convert(g.reshape(g.slice(ctx.tensor(0), start, limit, unit), sliced), accumulate);
+    Value part = g.convert(g.reshape(g.slice(grad, start, limit, unit), sliced), accumulate);
     std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
     low[dim] = k;
     high[dim] = t.dims[dim] - (k + (windows - 1) * step + 1);
