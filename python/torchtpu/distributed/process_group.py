@@ -100,6 +100,13 @@ class ProcessGroupTPU(dist.ProcessGroup):
         # when none is set yet (DeviceMesh) then keep this one. Each process has its own chip(s), from index 0.
         torch.tpu.init()
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+            # As c10d does for its own backends under TORCH_DISTRIBUTED_DEBUG=DETAIL: a helper group compares each
+            # collective's kind, shapes and dtypes across the ranks first, so a mismatch raises on every rank
+            # instead of reducing garbage. (c10d cannot wrap this group itself: it is a ProcessGroup, not a
+            # Backend.) `store` is already this group's own.
+            self._gloo = dist.distributed_c10d._create_process_group_wrapper(self._gloo, BACKEND_NAME, store, rank,
+                                                                             size, timeout)
         # c10d keeps a group's name and description on its backends (DeviceMesh, DTensor and FSDP2 find groups
         # by name): Gloo is registered as this group's backend, for CPU tensors, and as its default.
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
@@ -212,6 +219,14 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def alltoall(self, outputs, inputs, opts=None):
         return self._call(self._gloo.alltoall, outputs, inputs, opts or dist.AllToAllOptions())
+
+
+# C++ callers reach these methods from inside a torch.compile'd region (DDP's reducer syncing its rebuilt buckets
+# at the second step's forward): dynamo must run them as they are, not trace into a process group it sees as an
+# opaque object.
+for _name, _method in list(vars(ProcessGroupTPU).items()):
+    if callable(_method) and not isinstance(_method, staticmethod) and _name != "__init__":
+        setattr(ProcessGroupTPU, _name, torch._dynamo.disable(_method, recursive=True))
 
 
 def _create(store, rank: int, size: int, timeout: timedelta) -> ProcessGroupTPU:
