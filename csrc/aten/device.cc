@@ -223,7 +223,7 @@ void check_device_index(int index) {
 
 void synchronize_device(int device) {
   check_device_index(device);
-  flush_trace("synchronize");
+  flush_every_trace(device, "synchronize");
   try {
     runtime::synchronize(device);
   } catch (const runtime::PjrtError& e) {

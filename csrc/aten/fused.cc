@@ -3,6 +3,7 @@
 #include "runtime/plugin.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/autograd/graph_task.h>
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -26,8 +28,6 @@
 #include "runtime/plugin.h"
 
 namespace torchtpu::aten {
-namespace {
-
 // A recorded op's results are bound to storages; only those still holding the value at flush time are
 // program results.
 struct Binding {
@@ -57,8 +57,26 @@ struct Trace {
   std::unordered_map<const c10::StorageImpl*, int> original_external;
   cache::ProgramKey key;  // op ids and wiring, as recorded
   bool capturing = false;  // begun by begin_capture(): any flush ends the capture, even of no ops
-  std::thread::id recorder;  // the thread that recorded the first op
+  std::thread::id owner;  // whose trace it is (trace_owner()), and so whose value-check state it updates
 };
+
+namespace {
+
+// Names the thread whose trace a backward pass records into: each recording thread puts it in its
+// c10::ThreadLocalDebugInfo, which autograd hands to the device thread running the thread's backward pass.
+constexpr std::string_view kTraceOwnerName = "torchtpu fused trace owner";
+const c10::DebugInfoKind kTraceOwner(&kTraceOwnerName);
+struct TraceOwner : c10::DebugInfoBase {
+  explicit TraceOwner(std::thread::id thread) : owner(thread) {}
+  std::thread::id owner;
+};
+
+// Empties a trace; it stays its owner's.
+void reset(Trace& t) {
+  const std::thread::id owner = t.owner;
+  t = Trace{};
+  t.owner = owner;
+}
 
 // TORCHTPU_FUSED_OP_BY_OP=1 runs every trace op by op: tells a fusion problem from a recording one.
 bool op_by_op_requested() {
@@ -77,10 +95,19 @@ std::recursive_mutex& trace_mutex() {
   return m;
 }
 
-// Leaked on purpose: buffers and programs must not be destroyed after the plugin at exit.
+// Every thread's trace, by owner; read and changed under trace_mutex(). Leaked on purpose: buffers and
+// programs must not be destroyed after the plugin at exit.
+std::unordered_map<std::thread::id, Trace>& traces() {
+  static auto* all = new std::unordered_map<std::thread::id, Trace>;
+  return *all;
+}
+
+// The calling thread's trace (caller holds trace_mutex()). Stays at its address: the map's nodes do.
 Trace& current() {
-  static Trace* trace = new Trace;
-  return *trace;
+  const std::thread::id owner = trace_owner();
+  auto [it, added] = traces().try_emplace(owner);
+  if (added) it->second.owner = owner;
+  return it->second;
 }
 
 uint64_t next_trace_id() {
@@ -131,7 +158,7 @@ std::string array_type(const runtime::ArrayType& t) { return ir::to_mlir(ir::Typ
 CheckState* updated_check_state(const Trace& trace) {
   const bool checked = std::any_of(trace.ops.begin(), trace.ops.end(),
                                    [](const TraceOp& op) { return op.signature->checks_values; });
-  return checked ? &check_state(trace.device) : nullptr;
+  return checked ? &check_state(trace.device, trace.owner) : nullptr;
 }
 
 // Which externals a flush passes to its program, and the value of each one it compiles in instead.
@@ -312,30 +339,20 @@ void count_flush(const char* reason) {
 
 }  // namespace
 
-TraceRecording::TraceRecording(int device) : lock_(trace_mutex()) {
-  Trace& t = current();
+TraceRecording::TraceRecording(int device) : lock_(trace_mutex()), trace_(&current()) {
+  Trace& t = *trace_;
   if (!t.ops.empty() && (t.device != device || t.ops.size() >= kMaxTraceOps)) {
     flush_trace(t.device != device ? "device change" : "graph size limit");
   }
   if (t.id == 0) t.id = next_trace_id();
   t.device = device;
-  // A backward pass runs on autograd's device thread while the thread that asked for it waits: its ops
-  // follow that thread's, they do not interleave with them.
-  if (torch::autograd::get_current_graph_task_id() != -1) return;
-  if (t.ops.empty() || t.recorder == std::thread::id()) {
-    t.recorder = std::this_thread::get_id();
-  } else if (t.recorder != std::this_thread::get_id()) {
-    TORCH_WARN_ONCE("torchtpu: fused mode records one trace per process, and ops of several threads now "
-                    "interleave in it; each interleaving is a new program to compile, so threads working at once "
-                    "keep compiling. Use strict mode (the default) for multi-threaded work (docs/modes.md).");
-  }
 }
 
 TraceRecording::~TraceRecording() = default;
 
 TraceSource TraceRecording::storage(const at::Tensor& tensor) {
   StorageHandle& handle = storage_handle(tensor);
-  Trace& t = current();
+  Trace& t = *trace_;
   if (handle.pending && handle.pending->trace == t.id) return {handle.pending->op, handle.pending->output};
   // Read before in this trace, and the storage still holds the buffer it read then.
   const auto still_holds = [&](const runtime::Buffer* buffer) {
@@ -355,7 +372,7 @@ TraceSource TraceRecording::storage(const at::Tensor& tensor) {
 }
 
 TraceSource TraceRecording::external(runtime::BufferPtr buffer, ExternalOrigin origin) {
-  Trace& t = current();
+  Trace& t = *trace_;
   const int index = static_cast<int>(t.externals.size());
   t.externals.push_back(std::move(buffer));
   t.origins.push_back(std::move(origin));
@@ -363,7 +380,7 @@ TraceSource TraceRecording::external(runtime::BufferPtr buffer, ExternalOrigin o
 }
 
 int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources sources) {
-  Trace& t = current();
+  Trace& t = *trace_;
   t.key.add(static_cast<int64_t>(signature->id));
   for (const TraceSource& s : sources) {
     t.key.add(s.op);
@@ -375,7 +392,7 @@ int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources 
 }
 
 void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims) {
-  Trace& t = current();
+  Trace& t = *trace_;
   StorageHandle& handle = storage_handle(storage);
   // A trace reading the old buffer holds it as an external.
   const runtime::BufferPtr old_buffer = handle.take_buffer();
@@ -510,19 +527,68 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
 
 std::unique_lock<std::recursive_mutex> lock_trace() { return std::unique_lock<std::recursive_mutex>(trace_mutex()); }
 
-void flush_trace(const char* reason) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
-  Trace& t = current();
+namespace {
+
+// Runs `t`, one of traces(), and leaves it empty (caller holds trace_mutex()).
+void run_and_clear(Trace& t, const char* reason) {
   if (t.ops.empty()) {
     // A compiled graph's capture that something flushed (a host read, a data-dependent shape) no longer
     // describes the graph, even when no op had been recorded yet: end_capture finds another trace.
-    if (t.capturing) t = Trace{};
+    if (t.capturing) reset(t);
     return;
   }
   Trace trace = std::move(t);
-  t = Trace{};
+  reset(t);
   count_flush(reason);
   run_trace(std::move(trace));
+}
+
+}  // namespace
+
+std::thread::id trace_owner() {
+  const std::thread::id self = std::this_thread::get_id();
+  const auto* info = static_cast<const TraceOwner*>(c10::ThreadLocalDebugInfo::get(kTraceOwner));
+  if (torch::autograd::get_current_graph_task_id() != -1) return info != nullptr ? info->owner : self;
+  // A thread's debug info goes with every backward pass it starts (autograd's ThreadLocalState).
+  if (info == nullptr || info->owner != self) c10::ThreadLocalDebugInfo::_push(kTraceOwner, std::make_shared<TraceOwner>(self));
+  return self;
+}
+
+void flush_trace(const char* reason) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  run_and_clear(current(), reason);
+}
+
+void flush_trace_computing(const StorageHandle& handle, const char* reason) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  if (!handle.pending) return;  // computed meanwhile by another thread's flush
+  const uint64_t trace_id = handle.pending->trace;
+  Trace& own = current();
+  if (own.id == trace_id) {
+    run_and_clear(own, reason);
+    return;
+  }
+  for (auto& [owner, t] : traces()) {
+    if (t.id == trace_id) {
+      run_and_clear(t, "value of another thread's trace");
+      return;
+    }
+  }
+}
+
+bool pending_in_another_thread(const StorageHandle& handle) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  return handle.pending && handle.pending->trace != current().id;
+}
+
+void flush_every_trace(int device, const char* reason) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  // Collected first: running a trace must not meet the map changing under it.
+  std::vector<Trace*> recorded;
+  for (auto& [owner, t] : traces()) {
+    if (!t.ops.empty() && (device < 0 || t.device == device)) recorded.push_back(&t);
+  }
+  for (Trace* t : recorded) run_and_clear(*t, reason);
 }
 
 uint64_t begin_capture() {
@@ -547,7 +613,7 @@ std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text) {
     return std::nullopt;
   }
   Trace trace = std::move(t);
-  t = Trace{};
+  reset(t);
   count_flush("compiled graph");
   return run_trace(std::move(trace), /*capture=*/true, want_text);
 }

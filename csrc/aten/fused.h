@@ -8,10 +8,15 @@
 // alive and still hold that value, and binds them. The trace key is built while recording (each op's
 // program id and its wiring), never from text, so a repeated step finds its program without composing.
 //
+// Each thread records its own trace, so threads working at once repeat their own programs (as each CUDA
+// thread may run its own stream). A backward pass, which autograd runs on its device thread while the
+// thread that started it waits, goes to that thread's trace (trace_owner()). An op that reads a value still
+// pending in another thread's trace runs that trace first.
+//
 // Flushes happen when a buffer is needed (host reads, printing, `.item()`, the CPU fallback, hand-written
-// kernels), at torch.tpu.synchronize() and when an event is recorded, after every optimizer step, when a
-// trace reaches its size limit, when an op runs on another device, and when the mode changes.
-// torchtpu.metrics()["fused"] counts them by reason.
+// kernels), at torch.tpu.synchronize() (every trace of the device) and when an event is recorded (the
+// thread's trace), after every optimizer step, when a trace reaches its size limit, when an op runs on
+// another device, and when the mode changes (every trace). torchtpu.metrics()["fused"] counts them by reason.
 #pragma once
 
 #include <c10/core/Storage.h>
@@ -21,12 +26,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aten/op_signature.h"
 #include "aten/storage.h"
 
 namespace torchtpu::aten {
+
+struct Trace;
 
 // Where a recorded op's parameter comes from: external buffer `index` (op < 0), or output `index` of
 // recorded op `op`.
@@ -53,7 +61,12 @@ struct ExternalOrigin {
   at::Tensor cpu_scalar;
 };
 
-// Holds the trace for the duration of one op's recording (ops from several threads interleave whole).
+// Whose trace the calling thread records into: its own; on autograd's device thread, that of the thread that
+// started the backward pass running there (which waits for it). The owner's value-check state is the one
+// its ops update (aten/value_checks.h).
+std::thread::id trace_owner();
+
+// Holds the trace for the duration of one op's recording (the traces of several threads take turns).
 class TraceRecording {
  public:
   explicit TraceRecording(int device);
@@ -68,10 +81,18 @@ class TraceRecording {
 
  private:
   std::unique_lock<std::recursive_mutex> lock_;
+  Trace* trace_;  // the calling thread's (trace_owner()'s)
 };
 
-// Runs the current trace, if any. `reason` is counted in the metrics.
+// Runs the calling thread's trace, if any. `reason` is counted in the metrics.
 void flush_trace(const char* reason);
+// Runs the trace computing the storage's pending value, if any: counted under `reason` when it is the calling
+// thread's trace, else as a value of another thread's trace.
+void flush_trace_computing(const StorageHandle& handle, const char* reason);
+// Whether the storage's value is pending in a trace other than the calling thread's.
+bool pending_in_another_thread(const StorageHandle& handle);
+// Runs every thread's trace recorded for `device` (-1: for any device).
+void flush_every_trace(int device, const char* reason);
 
 // A trace's program, kept to run again on other buffers (aten/compiled_graph.h).
 struct FusedProgram {
@@ -100,8 +121,8 @@ void end_capture_at_host_read();
 // returns nothing (and runs whatever was recorded) when that trace was flushed before.
 std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text = false);
 
-// The lock a recording holds (recursive): while it is held, no other thread records, flushes or touches the
-// device's value-check state (aten/value_checks.h).
+// The lock a recording holds (recursive): while it is held, no other thread records, flushes or touches a
+// value-check state (aten/value_checks.h).
 std::unique_lock<std::recursive_mutex> lock_trace();
 
 struct FusedStats {

@@ -188,7 +188,7 @@ std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
 runtime::BufferPtr storage_buffer(const at::Tensor& tensor) {
   StorageHandle& handle = storage_handle(tensor);
   if (handle.pending) {
-    flush_trace("buffer needed");
+    flush_trace_computing(handle, "buffer needed");
     TORCH_CHECK(!handle.pending, "the value of this tpu tensor was lost: the fused program computing it failed");
   }
   if (runtime::BufferPtr buffer = handle.buffer()) return buffer;
@@ -266,9 +266,9 @@ runtime::BufferPtr upload_contiguous(const at::Tensor& host, int device) {
 }
 
 at::Tensor download(const at::Tensor& tensor) {
-  raise_value_errors(storage_handle(tensor).device);  // a read is a sync point (docs/value_checks.md)
   end_capture_at_host_read();
-  const runtime::BufferPtr buffer = storage_buffer(tensor);
+  const runtime::BufferPtr buffer = storage_buffer(tensor);  // another thread's trace computing it runs now
+  raise_value_errors(storage_handle(tensor).device);  // a read is a sync point (docs/value_checks.md)
   at::Tensor flat = at::empty({buffer->numel()}, at::TensorOptions().dtype(to_scalar_type(buffer->dtype())));
   record_transfer(/*to_device=*/false, buffer->nbytes());
   try {

@@ -47,7 +47,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   if (storage.nbytes() == nbytes) return;
   StorageHandle& old_handle = storage_handle(storage);
-  if (old_handle.pending) flush_trace("resize");  // fused mode: the bytes to carry over are computed first
+  flush_trace_computing(old_handle, "resize");  // fused mode: the bytes to carry over are computed first
   runtime::BufferPtr old_buffer = old_handle.buffer();
   c10::DeviceGuard guard(storage.device());
   c10::DataPtr fresh = tpu_allocator()->allocate(nbytes);

@@ -4,9 +4,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "aten/device_error.h"
 #include "aten/fused.h"
@@ -98,12 +101,24 @@ int64_t register_check(const std::string& op, const lowering::ValueCheck& check)
   return id;
 }
 
-CheckState& check_state(int device) {
-  static std::mutex mutex;
-  // Leaked on purpose, like the fused trace: the state's buffer must not be destroyed after the plugin.
-  static auto* states = new std::unordered_map<int, std::unique_ptr<CheckState>>;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<CheckState>& state = (*states)[device];
+namespace {
+
+struct CheckStates {
+  std::mutex mutex;
+  std::map<std::pair<int, std::thread::id>, std::unique_ptr<CheckState>> by_owner;  // by device, then owner
+};
+// Leaked on purpose, like the fused traces: the states' buffers must not be destroyed after the plugin.
+CheckStates& check_states() {
+  static auto* states = new CheckStates;
+  return *states;
+}
+
+}  // namespace
+
+CheckState& check_state(int device, std::thread::id owner) {
+  CheckStates& states = check_states();
+  std::lock_guard<std::mutex> lock(states.mutex);
+  std::unique_ptr<CheckState>& state = states.by_owner[{device, owner}];
   if (!state) {
     state = std::make_unique<CheckState>();
     // Never written, its storage reads as zeros: no failure.
@@ -121,12 +136,17 @@ void bind_check_state(CheckState& state, runtime::BufferPtr returned) {
   storage_handle(state.tensor).set_buffer(std::move(returned));
 }
 
-void raise_value_errors(int device) {
-  CheckState& state = check_state(device);
-  if (!state.unread.load()) return;
+namespace {
+
+// Raises the failure `state` recorded, if any, and clears it.
+void raise_recorded_failure(CheckState& state) {
   std::unique_lock<std::recursive_mutex> lock = lock_trace();
-  if (!state.unread.exchange(false)) return;
   StorageHandle& handle = storage_handle(state.tensor);
+  // Checked ops still recorded in another thread's fused trace have not run: that thread's next sync, a read
+  // of a value that trace computes, or torch.tpu.synchronize() runs and reads them. Reading them here would
+  // run that trace at a point of this thread's choosing, a new program for every interleaving.
+  if (pending_in_another_thread(handle)) return;
+  if (!state.unread.exchange(false)) return;
   int64_t word[3] = {0, 0, 0};
   try {
     runtime::download(*storage_buffer(state.tensor), word);  // a fused trace computing it runs first
@@ -143,6 +163,20 @@ void raise_value_errors(int device) {
   handle.set_buffer(nullptr);
   lock.unlock();
   TORCH_CHECK(false, describe(word));
+}
+
+}  // namespace
+
+void raise_value_errors(int device) {
+  std::vector<CheckState*> unread;
+  {
+    CheckStates& states = check_states();
+    std::lock_guard<std::mutex> lock(states.mutex);
+    for (const auto& [key, state] : states.by_owner) {
+      if (key.first == device && state->unread.load()) unread.push_back(state.get());
+    }
+  }
+  for (CheckState* state : unread) raise_recorded_failure(*state);
 }
 
 }  // namespace torchtpu::aten

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 
+#include "aten/fused.h"
 #include "lowering/value_check.h"
 #include "runtime/buffer.h"
 
@@ -24,23 +26,26 @@ void set_value_checks_enabled(bool enabled);
 // message (op, kind, facts), so program text is the same in every process. Remembers the message for it.
 int64_t register_check(const std::string& op, const lowering::ValueCheck& check);
 
-// One device's error state: an i64[3] tpu tensor (check id or 0, value, position) that checked programs
-// read and replace (a pending value in fused mode). Its users hold lock_trace() (aten/fused.h) from reading
-// the state to binding the new one, as recording does, so checked ops on several threads, in any mode, do
-// not lose each other's failures.
+// An error state: an i64[3] tpu tensor (check id or 0, value, position) that checked programs read and
+// replace (a pending value in fused mode). A device has one per thread that records or runs checked ops
+// (per trace owner, aten/fused.h), so that fused traces of several threads do not chain through one value;
+// a sync point reads every state whose ops have run, any thread's, as CUDA's device-side asserts are the
+// device's. Its users hold lock_trace() from reading the state to binding the new one, as recording does.
 struct CheckState {
   at::Tensor tensor;
   std::atomic<bool> unread{false};  // a checked op ran since the last read
 };
-CheckState& check_state(int device);
+// The state of `device` that ops of `owner`'s trace update.
+CheckState& check_state(int device, std::thread::id owner = trace_owner());
 
 // Makes `returned`, the error state a checked program returned, the new value of `state` (the caller holds
 // lock_trace() and marks the state unread where an op ran). A partitioned program returns the state
 // replicated over every device; the state stays a one-device buffer, its own device's copy.
 void bind_check_state(CheckState& state, runtime::BufferPtr returned);
 
-// Raises the device's first recorded failure as a RuntimeError naming the op and the check, and clears it;
-// returns at once when no checked op ran since the last read. Called at sync points.
+// Raises a failure recorded on the device as a RuntimeError naming the op and the check, and clears it;
+// returns at once when no checked op ran since the last read. Called at sync points. The calling thread's
+// fused trace runs first; ops still recorded in other threads' traces are read when those traces run.
 void raise_value_errors(int device);
 
 }  // namespace torchtpu::aten

@@ -144,7 +144,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_eager_mode", [] { return std::string(eager::mode_name(eager::mode())); });
   m.def("_set_eager_mode", [](const std::string& name) {
     const eager::Mode mode = translate([&] { return eager::parse_mode(name); });
-    aten::flush_trace("mode change");
+    aten::flush_every_trace(-1, "mode change");
     eager::set_mode(mode);
   });
   m.def("_flush", [](const std::string& reason) {
