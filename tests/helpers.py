@@ -39,3 +39,27 @@ def assert_usable(survivor) -> None:
     fresh = torch.full((4,), 3.0, device="tpu")
     torch.testing.assert_close(fresh.sum().cpu(), torch.tensor(12.0))
     torch.tpu.synchronize()
+
+
+def fused_rounds_in_threads(work, rounds: int, threads: int = 2) -> list:
+    """Runs `work(i)` in `threads` threads started together, `rounds` times, in fused mode; returns the fused
+    programs compiled in each round."""
+    import threading
+
+    compiles = []
+    with torchtpu.eager_mode("fused"):
+        for _ in range(rounds):
+            before = torchtpu.metrics()["fused"]["compiles"]
+            start = threading.Barrier(threads)
+
+            def run(i):
+                start.wait()
+                work(i)
+
+            started = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+            for t in started:
+                t.start()
+            for t in started:
+                t.join()
+            compiles.append(torchtpu.metrics()["fused"]["compiles"] - before)
+    return compiles

@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 import torchtpu
-from helpers import run_python
+from helpers import fused_rounds_in_threads, run_python
 from torchtpu.metrics import fallback_ops
 
 
@@ -178,17 +178,14 @@ def test_traces_run_op_by_op_on_request():
 def thread_steps(rounds, steps):
     """Two threads, each training its own small model for `steps` steps per round in fused mode, at the same
     time; returns the fused compiles of each round, each thread's losses and the models."""
-    import threading
-    compiles, losses = [], {0: [], 1: []}
-    models = []
+    losses, models = {0: [], 1: []}, []
     for seed in (0, 1):
         torch.manual_seed(seed)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to("tpu")
         models.append((model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(32, 8).to("tpu")))
 
-    def work(i, start):
+    def work(i):
         model, opt, x = models[i]
-        start.wait()
         for _ in range(steps):
             opt.zero_grad()
             loss = model(x).square().mean()
@@ -196,17 +193,7 @@ def thread_steps(rounds, steps):
             opt.step()
             losses[i].append(loss.item())
 
-    with torchtpu.eager_mode("fused"):
-        for _ in range(rounds):
-            before = fused()["compiles"]
-            start = threading.Barrier(2)
-            threads = [threading.Thread(target=work, args=(i, start)) for i in (0, 1)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            compiles.append(fused()["compiles"] - before)
-    return compiles, losses, models
+    return fused_rounds_in_threads(work, rounds), losses, models
 
 
 def test_threads_record_their_own_traces_and_settle(metrics):

@@ -11,7 +11,7 @@ import transformers as hf  # noqa: E402
 
 from torchtpu.testing.hf_models import architectures, word_tokenizer  # noqa: E402
 
-from helpers import run_python  # noqa: E402
+from helpers import fused_rounds_in_threads, run_python  # noqa: E402
 
 ARCHITECTURES = architectures()
 
@@ -119,30 +119,19 @@ def test_default_cache_generation_compiles_nothing_the_second_time(llama_dir):
 def test_threads_serving_generate_in_fused_mode_settle(llama_dir):
     """Two threads answering the same requests at once, in fused mode: each thread records its own trace, so a
     round of requests after the first compiles nothing and every answer is CPU's."""
-    import threading
-
     model = hf.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="tpu")
     cpu_model = hf.AutoModelForCausalLM.from_pretrained(llama_dir)
     prompts = [prompt()[:1], prompt()[1:]]
     expected = [cpu_model.generate(p, max_new_tokens=8, do_sample=False) for p in prompts]
-    answers, compiles = {}, []
+    wrong = []
 
-    def answer(i, start):
-        start.wait()
-        answers[i] = model.generate(prompts[i].to("tpu"), max_new_tokens=8, do_sample=False).cpu()
+    def answer(i):
+        got = model.generate(prompts[i].to("tpu"), max_new_tokens=8, do_sample=False).cpu()
+        if not torch.equal(got, expected[i]):
+            wrong.append((i, got))
 
-    with torchtpu.eager_mode("fused"):
-        for _ in range(3):
-            before = torchtpu.metrics()["fused"]["compiles"]
-            start = threading.Barrier(2)
-            threads = [threading.Thread(target=answer, args=(i, start)) for i in (0, 1)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            compiles.append(torchtpu.metrics()["fused"]["compiles"] - before)
-            assert all(torch.equal(answers[i], expected[i]) for i in (0, 1))
-    assert compiles[1:] == [0, 0], compiles
+    compiles = fused_rounds_in_threads(answer, rounds=3)
+    assert wrong == [] and compiles[1:] == [0, 0], (wrong, compiles)
 
 
 def test_device_map_auto_places_the_model_on_tpu(llama_dir):
