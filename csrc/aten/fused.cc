@@ -550,7 +550,9 @@ std::thread::id trace_owner() {
   const auto* info = static_cast<const TraceOwner*>(c10::ThreadLocalDebugInfo::get(kTraceOwner));
   if (torch::autograd::get_current_graph_task_id() != -1) return info != nullptr ? info->owner : self;
   // A thread's debug info goes with every backward pass it starts (autograd's ThreadLocalState).
-  if (info == nullptr || info->owner != self) c10::ThreadLocalDebugInfo::_push(kTraceOwner, std::make_shared<TraceOwner>(self));
+  if (info == nullptr || info->owner != self) {
+    c10::ThreadLocalDebugInfo::_push(kTraceOwner, std::make_shared<TraceOwner>(self));
+  }
   return self;
 }
 
@@ -560,6 +562,7 @@ void flush_trace(const char* reason) {
 }
 
 void flush_trace_computing(const StorageHandle& handle, const char* reason) {
+  if (!handle.pending) return;  // a buffer: no lock to take
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   if (!handle.pending) return;  // computed meanwhile by another thread's flush
   const uint64_t trace_id = handle.pending->trace;
