@@ -17,10 +17,11 @@ def _child_env(env: dict) -> dict:
     return full_env
 
 
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables."""
+def run_python(code: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter that can import torchtpu, with extra environment variables; a child
+    still running after `timeout` seconds is killed (subprocess.TimeoutExpired)."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_child_env(env), capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=timeout)
 
 
 def start_python(code: str, **env: str) -> subprocess.Popen:

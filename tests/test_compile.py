@@ -1,5 +1,6 @@
 """torch.compile(backend="tpu") against eager CPU (docs/compile.md). Tolerance 1e-4 (float32)."""
 import copy
+import threading
 import warnings
 
 import pytest
@@ -409,3 +410,47 @@ def test_compiled_activation_checkpointing_replays_dropout(monkeypatch):
                 results.append((out.detach().cpu(), x.grad.cpu(), net[0].weight.grad.cpu()))
             for got, expected in zip(*results):
                 torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_threads_compile_and_train_at_once():
+    # Dynamo compiles one graph at a time, but a graph's first call (recorded through an FX interpreter) runs
+    # outside its lock while another thread traces. Adam's single-tensor path: torch.optim's foreach path
+    # reads the process-wide torch.compiler.is_compiling() and fails on any device while another thread
+    # compiles (docs/compile.md). Three rounds: the first one's XLA compiles make the threads' timing sparse.
+    def make(seed):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 2))
+
+    def train(model, device, seed, compiled):
+        forward = torch.compile(model, backend="tpu", dynamic=False) if compiled else model
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, foreach=False)
+        inputs = torch.Generator().manual_seed(seed)
+        for _ in range(5):
+            loss = forward(torch.randn(3, 5, generator=inputs).to(device)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            loss.item()
+        return model
+
+    for _ in range(3):
+        torch._dynamo.reset()
+        initial = [make(k) for k in range(4)]  # here: torch.manual_seed is the process's
+        expected = [train(copy.deepcopy(m), "cpu", k, compiled=False) for k, m in enumerate(initial)]
+        trained, errors = {}, []
+
+        def work(k):
+            try:
+                trained[k] = train(initial[k].to("tpu"), "tpu", k, compiled=True)
+            except Exception as e:  # noqa: BLE001  (reported below, with the thread's index)
+                errors.append((k, repr(e)))
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        for k in range(4):
+            for got, want in zip(trained[k].parameters(), expected[k].parameters()):
+                torch.testing.assert_close(got.cpu(), want, **TOL)

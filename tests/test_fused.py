@@ -259,3 +259,45 @@ def test_a_value_check_failing_in_another_thread_raises_at_its_sync(metrics):
         other.join()
         assert len(errors) == 1 and "out of bounds" in errors[0], errors
         assert_close(table[torch.tensor([4], device="tpu")].cpu(), table.cpu()[[4]])  # usable after
+
+
+def test_threads_switching_modes_and_running_compiled_graphs_do_not_deadlock():
+    # A thread running a trace under the trace lock may drop the last reference to a tensor whose Python object
+    # then needs the GIL (here the CPU scalars the traces hold); a thread must not hold the GIL while it waits
+    # for that lock (mode changes, compiled graphs). The build before this test hung here within a second.
+    result = run_python("""
+        import threading, time, torch, torchtpu
+        stop = time.time() + 3
+
+        def record():
+            while time.time() < stop:
+                with torchtpu.eager_mode("fused"):
+                    for _ in range(20):
+                        a = torch.ones(8, device="tpu")
+                        s = torch.tensor(2.0)
+                        b = a * s
+                        del a, b, s  # only the trace holds them now
+
+        def switch_modes():
+            while time.time() < stop:
+                torchtpu.eager_mode("fused")
+                torchtpu.eager_mode("strict")
+
+        @torch.compile(backend="tpu", dynamic=False)
+        def scaled(x, s):
+            return x * s + 1
+
+        def run_compiled():
+            x = torch.ones(8, device="tpu")
+            while time.time() < stop:
+                scaled(x, torch.tensor(3.0))
+
+        work = [record] * 3 + [switch_modes] * 2 + [run_compiled]
+        threads = [threading.Thread(target=f) for f in work]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("done")
+    """, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip().endswith("done"), result.stderr[-2000:]

@@ -203,9 +203,13 @@ def test_first_failure_is_reported():
     torch.tpu.synchronize()
 
 
+ANOTHER_THREAD = "(an op of another thread failed; that thread gets this error at its next synchronization too)"
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
-def test_threads_share_the_state_without_losing_a_failure(mode):
-    """Four threads run checked ops and sync; the one bad index among them is reported exactly once."""
+def test_a_failure_reaches_its_thread_and_every_other_thread_once(mode):
+    """Four threads run checked ops and sync; the one bad index among them is raised in its own thread at its
+    sync, and at most once in each other thread (which may have read the failed op's result), saying so."""
     errors = []
 
     def work(k):
@@ -217,7 +221,7 @@ def test_threads_share_the_state_without_losing_a_failure(mode):
             try:
                 F.embedding(index.to("tpu"), weight).sum().item()
             except RuntimeError as e:
-                errors.append(str(e).splitlines()[0])
+                errors.append((k, i, str(e).splitlines()[0], ANOTHER_THREAD in str(e)))
 
     with torchtpu.eager_mode(mode):
         threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
@@ -226,7 +230,46 @@ def test_threads_share_the_state_without_losing_a_failure(mode):
         for t in threads:
             t.join()
         torch.tpu.synchronize()
-    assert errors == ["index_select(): index out of range in self (index 55, dimension 0 with size 50)"]
+    message = "index_select(): index out of range in self (index 55, dimension 0 with size 50)"
+    assert (2, 20, message, False) in errors
+    others = [e for e in errors if e[0] != 2]
+    assert len({k for k, *_ in others}) == len(others)
+    assert all(e[2:] == (message, True) for e in others)
+
+
+def test_another_threads_failure_is_raised_once_here_and_kept_for_that_thread():
+    table = torch.randn(5, 3).to("tpu")
+    failed, read = threading.Event(), threading.Event()
+    errors = []
+
+    def bad():
+        table[torch.tensor([7], device="tpu")]  # out of range; this thread does not sync yet
+        failed.set()
+        read.wait()
+        try:
+            table.sum().item()
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    other = threading.Thread(target=bad)
+    other.start()
+    failed.wait()
+    with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
+        table.sum().item()
+    torch.testing.assert_close(table[torch.tensor([4], device="tpu")].cpu(), table.cpu()[[4]])  # told once
+    read.set()
+    other.join()
+    assert len(errors) == 1 and "index 7 is out of bounds" in errors[0] and ANOTHER_THREAD not in errors[0]
+
+
+def test_a_failure_of_a_thread_that_ended_is_raised_by_the_next_sync():
+    table = torch.randn(5, 3).to("tpu")
+    other = threading.Thread(target=lambda: table[torch.tensor([7], device="tpu")])
+    other.start()
+    other.join()
+    with pytest.raises(RuntimeError, match="index 7 is out of bounds"):
+        table.sum().item()
+    torch.testing.assert_close(table.sum().cpu(), table.cpu().sum())
 
 
 def test_valid_values_pass_in_every_mode():

@@ -552,6 +552,7 @@ std::thread::id trace_owner() {
   // A thread's debug info goes with every backward pass it starts (autograd's ThreadLocalState).
   if (info == nullptr || info->owner != self) {
     c10::ThreadLocalDebugInfo::_push(kTraceOwner, std::make_shared<TraceOwner>(self));
+    watch_owner_exit();
   }
   return self;
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -106,6 +107,7 @@ namespace {
 struct CheckStates {
   std::mutex mutex;
   std::map<std::pair<int, std::thread::id>, std::unique_ptr<CheckState>> by_owner;  // by device, then owner
+  std::set<std::thread::id> ended;  // owners whose threads have ended: their failures go to any thread
 };
 // Leaked on purpose, like the fused traces: the states' buffers must not be destroyed after the plugin.
 CheckStates& check_states() {
@@ -138,45 +140,88 @@ void bind_check_state(CheckState& state, runtime::BufferPtr returned) {
 
 namespace {
 
-// Raises the failure `state` recorded, if any, and clears it.
-void raise_recorded_failure(CheckState& state) {
+// Reads `state` from the device if a checked op ran since, keeping a failure; then raises the first kept
+// failure not yet raised in `self`. `owns`: `self` is the state's owner, or the owner has ended.
+void raise_recorded_failure(CheckState& state, std::thread::id self, bool owns) {
   std::unique_lock<std::recursive_mutex> lock = lock_trace();
   StorageHandle& handle = storage_handle(state.tensor);
   // Checked ops still recorded in another thread's fused trace have not run: that thread's next sync, a read
   // of a value that trace computes, or torch.tpu.synchronize() runs and reads them. Reading them here would
   // run that trace at a point of this thread's choosing, a new program for every interleaving.
-  if (pending_in_another_thread(handle)) return;
-  if (!state.unread.exchange(false)) return;
-  int64_t word[3] = {0, 0, 0};
-  try {
-    runtime::download(*storage_buffer(state.tensor), word);  // a fused trace computing it runs first
-  } catch (const runtime::PjrtError& e) {
-    // The program computing the state failed, and that error is what the caller sees; the state starts
-    // again from no failure.
-    handle.set_buffer(nullptr);
-    throw_device_error("reading the value checks", e);
-  } catch (...) {
-    handle.set_buffer(nullptr);  // a fused trace that failed took the state with it
-    throw;
+  if (!pending_in_another_thread(handle) && state.unread.exchange(false)) {
+    std::array<int64_t, 3> word{0, 0, 0};
+    try {
+      runtime::download(*storage_buffer(state.tensor), word.data());  // a fused trace computing it runs first
+    } catch (const runtime::PjrtError& e) {
+      // The program computing the state failed, and that error is what the caller sees; the state starts
+      // again from no failure.
+      handle.set_buffer(nullptr);
+      throw_device_error("reading the value checks", e);
+    } catch (...) {
+      handle.set_buffer(nullptr);  // a fused trace that failed took the state with it
+      throw;
+    }
+    if (word[0] != 0) {
+      handle.set_buffer(nullptr);
+      state.failures.push_back({word, {}});
+      state.failures_kept = state.failures.size();
+    }
   }
-  if (word[0] == 0) return;
-  handle.set_buffer(nullptr);
-  lock.unlock();
-  TORCH_CHECK(false, describe(word));
+  for (auto it = state.failures.begin(); it != state.failures.end(); ++it) {
+    if (it->told.count(self) > 0) continue;
+    std::string message = describe(it->word.data());
+    if (owns) {
+      state.failures.erase(it);
+      state.failures_kept = state.failures.size();
+    } else {
+      it->told.insert(self);
+      message += "\n(an op of another thread failed; that thread gets this error at its next synchronization too)";
+    }
+    lock.unlock();
+    TORCH_CHECK(false, message);
+  }
 }
 
 }  // namespace
 
 void raise_value_errors(int device) {
-  std::vector<CheckState*> unread;
+  const std::thread::id self = trace_owner();
+  std::vector<std::pair<CheckState*, bool>> to_read;  // with whether `self` owns it (see raise_recorded_failure)
   {
     CheckStates& states = check_states();
     std::lock_guard<std::mutex> lock(states.mutex);
     for (const auto& [key, state] : states.by_owner) {
-      if (key.first == device && state->unread.load()) unread.push_back(state.get());
+      const auto& [state_device, owner] = key;
+      if (state_device == device && (state->unread.load() || state->failures_kept.load() > 0)) {
+        to_read.emplace_back(state.get(), owner == self || states.ended.count(owner) > 0);
+      }
     }
   }
-  for (CheckState* state : unread) raise_recorded_failure(*state);
+  for (const auto& [state, owns] : to_read) raise_recorded_failure(*state, self, owns);
 }
+
+namespace {
+
+// Lives as long as its thread (a thread_local): marks the thread's states ended when it goes.
+class OwnerExitWatch {
+ public:
+  OwnerExitWatch() {
+    std::lock_guard<std::mutex> lock(check_states().mutex);
+    check_states().ended.erase(id_);  // a new thread may reuse an ended one's id
+  }
+  ~OwnerExitWatch() {
+    std::lock_guard<std::mutex> lock(check_states().mutex);
+    check_states().ended.insert(id_);
+  }
+  OwnerExitWatch(const OwnerExitWatch&) = delete;
+  OwnerExitWatch& operator=(const OwnerExitWatch&) = delete;
+
+ private:
+  const std::thread::id id_ = std::this_thread::get_id();
+};
+
+}  // namespace
+
+void watch_owner_exit() { thread_local OwnerExitWatch watch; }
 
 }  // namespace torchtpu::aten

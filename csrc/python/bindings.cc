@@ -144,6 +144,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_eager_mode", [] { return std::string(eager::mode_name(eager::mode())); });
   m.def("_set_eager_mode", [](const std::string& name) {
     const eager::Mode mode = translate([&] { return eager::parse_mode(name); });
+    // Whatever takes the trace lock lets the GIL go first: a thread running a trace under that lock may drop
+    // the last reference to a tensor whose Python object then needs the GIL.
+    py::gil_scoped_release no_gil;
     aten::flush_every_trace(-1, "mode change");
     eager::set_mode(mode);
   });
@@ -154,13 +157,22 @@ PYBIND11_MODULE(_C, m) {
   py::class_<aten::CompiledGraph, std::shared_ptr<aten::CompiledGraph>>(m, "_CompiledGraph")
       .def("take_cpu_scalars", &aten::CompiledGraph::take_cpu_scalars)
       .def("fits", [](const aten::CompiledGraph& graph, const std::vector<at::Tensor>& inputs) {
+        py::gil_scoped_release no_gil;  // as _set_eager_mode
         return translate([&] { return graph.fits(inputs); });
       })
       .def("run", [](const aten::CompiledGraph& graph, const std::vector<at::Tensor>& inputs,
                      const std::vector<at::Tensor>& cpu_scalars) {
-        return translate([&] { return graph.run(inputs, cpu_scalars); });
+        std::vector<at::Tensor> outputs;
+        {
+          py::gil_scoped_release no_gil;  // as _set_eager_mode
+          outputs = translate([&] { return graph.run(inputs, cpu_scalars); });
+        }
+        return outputs;
       });
-  m.def("_capture_begin", [] { return translate([] { return aten::begin_capture(); }); });
+  m.def("_capture_begin", [] {
+    py::gil_scoped_release no_gil;  // as _set_eager_mode
+    return translate([] { return aten::begin_capture(); });
+  });
   // Returns (graph, None), or (None, why the capture cannot be replayed).
   m.def("_capture_end", [](uint64_t trace, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
     std::string why_not;

@@ -11,6 +11,7 @@ on the CPU between the programs before and after it (the eager fallback), never 
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import warnings
 
@@ -117,6 +118,14 @@ class _ValueRecorder(torch.fx.Interpreter):
         # its id stays its own.
         self.made_by = {}
         self.cpu_nodes = set()
+
+    @contextlib.contextmanager
+    def _set_current_node(self, node):
+        # The Interpreter makes each node's meta the process-wide `fx_traceback.current_meta` while it runs, for
+        # tracers that copy it into the nodes they make. This runs real tensors and traces nothing, and another
+        # thread may be tracing (dynamo compiles one graph at a time, but a first call runs outside its lock):
+        # swapping the global under that tracer broke its bookkeeping ("Expected current_level > 0").
+        yield
 
     def run_node(self, node):
         result = super().run_node(node)
