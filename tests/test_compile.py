@@ -451,6 +451,7 @@ def test_threads_compile_and_train_at_once():
         for t in threads:
             t.join()
         assert errors == []
+        assert torchtpu.current_eager_mode() == "strict"  # compiled graphs record in fused mode per thread
         for k in range(4):
             for got, want in zip(trained[k].parameters(), expected[k].parameters()):
                 torch.testing.assert_close(got.cpu(), want, **TOL)

@@ -8,6 +8,7 @@
 // torchtpu.eager_mode() changes it at run time.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,13 @@
 namespace torchtpu::eager {
 
 enum class Mode { kStrict, kDebug, kFused };
+// The calling thread's mode: its own if set, else the process's.
 Mode mode();
 void set_mode(Mode mode);
+// A mode for the calling thread alone, or none (the process's again). Compiled graphs record in fused mode
+// this way: switching the process's mode would switch it under other threads, which may be switching too.
+void set_thread_mode(std::optional<Mode> mode);
+std::optional<Mode> thread_mode_set();
 // "debug", "strict" or "fused"; throws std::invalid_argument for anything else.
 Mode parse_mode(const std::string& name);
 const char* mode_name(Mode mode);

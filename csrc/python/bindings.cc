@@ -150,6 +150,18 @@ PYBIND11_MODULE(_C, m) {
     aten::flush_every_trace(-1, "mode change");
     eager::set_mode(mode);
   });
+  m.def("_thread_eager_mode", []() -> std::optional<std::string> {
+    const std::optional<eager::Mode> mode = eager::thread_mode_set();
+    return mode ? std::optional<std::string>(eager::mode_name(*mode)) : std::nullopt;
+  });
+  // Runs the calling thread's trace, then sets its own mode (None: the process's again).
+  m.def("_set_thread_eager_mode", [](const std::optional<std::string>& name) {
+    const std::optional<eager::Mode> mode =
+        name ? std::optional<eager::Mode>(translate([&] { return eager::parse_mode(*name); })) : std::nullopt;
+    py::gil_scoped_release no_gil;  // as _set_eager_mode
+    translate([] { aten::flush_trace("mode change"); });
+    eager::set_thread_mode(mode);
+  });
   m.def("_flush", [](const std::string& reason) {
     py::gil_scoped_release no_gil;
     translate([&reason] { aten::flush_trace(reason.c_str()); });

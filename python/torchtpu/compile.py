@@ -23,7 +23,7 @@ from torch._dynamo.device_interface import DeviceInterface, register_interface_f
 from torch._prims import rng_prims
 
 import torchtpu._C
-from torchtpu.eager import eager_mode
+from torchtpu.eager import fused_in_this_thread
 
 __all__ = ["export", "tpu_backend"]
 
@@ -168,7 +168,7 @@ class _GraphRunner:
             self.captured = True
             outputs = self._capture(args)
         else:
-            with eager_mode("fused"):  # leaving the block runs the recorded graph as one program
+            with fused_in_this_thread():  # leaving the block runs the recorded graph as one program
                 outputs = self.gm(*args)
         args.clear()
         return outputs
@@ -178,7 +178,7 @@ class _GraphRunner:
         self.device_args = [i for i, a in enumerate(args) if _is_device_tensor(a)]
         self.device_constants = [c for c in constants if _is_device_tensor(c)]
         recorder = _ValueRecorder(self.gm)
-        with eager_mode("fused"):
+        with fused_in_this_thread():
             trace = torchtpu._C._capture_begin()
             outputs = recorder.run(*args)
             flat = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
@@ -251,7 +251,7 @@ def export(model: torch.nn.Module, example_inputs: tuple, kwargs: dict | None = 
         if isinstance(value, torch.Tensor) and not _is_device_tensor(value):
             raise ValueError("torchtpu.export: the model and its inputs must be on tpu, found a tensor on "
                              f"{value.device}")
-    with torch.no_grad(), eager_mode("fused"):
+    with torch.no_grad(), fused_in_this_thread():
         trace = torchtpu._C._capture_begin()
         module(*example_inputs, **(kwargs or {}))
         text = torchtpu._C._capture_text(trace)

@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -32,6 +34,19 @@ class eager_mode(ProcessSetting):
 
 def current_eager_mode() -> str:
     return _C._eager_mode()
+
+
+@contextlib.contextmanager
+def fused_in_this_thread():
+    """Fused recording for a block of the calling thread's work alone; leaving it runs what the block recorded.
+    Compiled graphs record this way: `eager_mode` switches the process's mode, which other threads running
+    compiled graphs at the same time would switch under each other."""
+    previous = _C._thread_eager_mode()
+    _C._set_thread_eager_mode("fused")
+    try:
+        yield
+    finally:
+        _C._set_thread_eager_mode(previous)
 
 
 def flush() -> None:
