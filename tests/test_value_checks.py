@@ -2,8 +2,10 @@
 point, with CPU's message, and the process and other tensors stay usable."""
 from __future__ import annotations
 
+import os
 import re
 import threading
+import time
 
 import pytest
 import torch
@@ -206,6 +208,15 @@ def test_first_failure_is_reported():
 ANOTHER_THREAD = "(an op of another thread failed; that thread gets this error at its next synchronization too)"
 
 
+def join_to_the_end(thread: threading.Thread) -> None:
+    """Joins `thread` and waits until the OS thread is gone: Python's join returns before a thread's C++
+    thread-locals are destroyed, and that destruction is when torchtpu learns the thread ended."""
+    thread.join()
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/self/task/{thread.native_id}") and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
 def test_a_failure_reaches_its_thread_and_every_other_thread_once(mode):
     """Four threads run checked ops and sync; the one bad index among them is raised in its own thread at its
@@ -266,10 +277,41 @@ def test_a_failure_of_a_thread_that_ended_is_raised_by_the_next_sync():
     table = torch.randn(5, 3).to("tpu")
     other = threading.Thread(target=lambda: table[torch.tensor([7], device="tpu")])
     other.start()
-    other.join()
+    join_to_the_end(other)
     with pytest.raises(RuntimeError, match="index 7 is out of bounds"):
         table.sum().item()
     torch.testing.assert_close(table.sum().cpu(), table.cpu().sum())
+
+
+def test_a_failure_already_raised_here_is_dropped_once_its_thread_ends():
+    table = torch.randn(5, 3).to("tpu")
+    failed, told = threading.Event(), threading.Event()
+
+    def bad():
+        table[torch.tensor([7], device="tpu")]  # out of range; this thread ends without a sync
+        failed.set()
+        told.wait()
+
+    other = threading.Thread(target=bad)
+    other.start()
+    failed.wait()
+    with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
+        table.sum().item()
+    told.set()
+    join_to_the_end(other)
+    table.sum().item()  # the owner is gone and this thread was told: nothing more is owed
+    errors = []
+
+    def later_thread():
+        try:
+            table.sum().item()
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    later = threading.Thread(target=later_thread)
+    later.start()
+    later.join()
+    assert errors == []
 
 
 def test_valid_values_pass_in_every_mode():

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -166,6 +168,14 @@ void raise_recorded_failure(CheckState& state, std::thread::id self, bool owns) 
       state.failures.push_back({word, {}});
       state.failures_kept = state.failures.size();
     }
+  }
+  if (owns) {
+    // The owner is never among a failure's told threads, so a failure told to `self` here belongs to an
+    // ended owner and has had the one raise it is owed: drop it rather than keep it for a thread not told.
+    state.failures.erase(std::remove_if(state.failures.begin(), state.failures.end(),
+                                        [&](const auto& failure) { return failure.told.count(self) > 0; }),
+                         state.failures.end());
+    state.failures_kept = state.failures.size();
   }
   for (auto it = state.failures.begin(); it != state.failures.end(); ++it) {
     if (it->told.count(self) > 0) continue;

@@ -37,19 +37,15 @@ std::atomic<Mode>& current_mode() {
   return chosen;
 }
 
-// The calling thread's own mode, when set (set_thread_mode); -1: the process's.
-thread_local int thread_mode = -1;
+// The calling thread's own mode, when set (set_thread_mode); unset: the process's.
+thread_local std::optional<Mode> thread_mode;
 
 }  // namespace
 
-Mode mode() {
-  return thread_mode >= 0 ? static_cast<Mode>(thread_mode) : current_mode().load(std::memory_order_relaxed);
-}
+Mode mode() { return thread_mode ? *thread_mode : current_mode().load(std::memory_order_relaxed); }
 void set_mode(Mode mode) { current_mode().store(mode); }
-void set_thread_mode(std::optional<Mode> mode) { thread_mode = mode ? static_cast<int>(*mode) : -1; }
-std::optional<Mode> thread_mode_set() {
-  return thread_mode >= 0 ? std::optional<Mode>(static_cast<Mode>(thread_mode)) : std::nullopt;
-}
+void set_thread_mode(std::optional<Mode> mode) { thread_mode = mode; }
+std::optional<Mode> thread_mode_set() { return thread_mode; }
 
 std::vector<runtime::BufferPtr> execute(const runtime::Executable& executable, int device,
                                         const std::vector<const runtime::Buffer*>& arguments,
