@@ -332,6 +332,23 @@ def test_an_op_that_keeps_compiling_warns_once():
     assert "Float[11]" not in result.stderr  # the warning lists the calls before it, once
 
 
+def test_the_recompile_warning_says_when_the_cache_evicted_programs():
+    result = run_python(
+        """
+        import torch, torchtpu
+        xs = [torch.ones(n, device="tpu") for n in range(1, 41)]
+        for _ in range(2):  # 40 signatures, each seen twice: 60 compiles only if evicted ones compile again
+            for x in xs:
+                x.neg()
+        """,
+        TORCHTPU_RECOMPILE_WARNING="60",
+        TORCHTPU_CACHE_MAX_PROGRAMS="2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "aten::neg has compiled 60 programs" in result.stderr, result.stderr
+    assert "(TORCHTPU_CACHE_MAX_PROGRAMS=2) and has evicted" in result.stderr, result.stderr
+
+
 def test_scalars_that_shape_the_output_key_the_program():
     # arange's bounds decide its length: an out= tensor of another length must not pick up a program built
     # for other bounds (generate() reuses such buffers).

@@ -74,9 +74,16 @@ void watch_recompiles(OpInfo& info, const torch::jit::Stack& stack, size_t first
   info.warned = true;
   std::ostringstream seen;
   for (const std::string& s : info.recent_signatures) seen << "\n    (" << s << ")";
+  // Evicted programs compile again when their signature comes back: then the repeats are not new shapes.
+  std::string evicted;
+  if (const int64_t evictions = program_cache().evictions(); evictions > 0) {
+    evicted = "\n  The in-memory cache is full (TORCHTPU_CACHE_MAX_PROGRAMS=" + std::to_string(cache::max_programs()) +
+              ") and has evicted " + std::to_string(evictions) +
+              " programs, so some of these compiles repeat a signature seen before; a larger bound keeps them.";
+  }
   TORCH_WARN("torchtpu: ", info.name, " has compiled ", info.programs_built,
              " programs, one per new combination of input shapes, dtypes, view layouts and compile-time "
-             "values. The latest calls were:", seen.str(),
+             "values. The latest calls were:", seen.str(), evicted,
              "\n  Each compile costs milliseconds. Keep shapes fixed across steps (pad batches and sequences to "
              "a few sizes); Python numbers and CPU scalars are operands and never recompile, except where "
              "marked '(compile-time value)'. TORCHTPU_RECOMPILE_WARNING=0 silences this.");
