@@ -2,6 +2,7 @@
 and CPU's; a repeated training step runs one cached program per step with nothing compiled after
 warm-up; every flush is counted with its reason."""
 import json
+import warnings
 
 import pytest
 import torch
@@ -301,3 +302,14 @@ def test_threads_switching_modes_and_running_compiled_graphs_do_not_deadlock():
         print("done")
     """, timeout=120)
     assert result.returncode == 0 and result.stdout.strip().endswith("done"), result.stderr[-2000:]
+
+
+def test_a_write_of_zero_elements_fuses_with_its_neighbours():
+    # Its op program has no results, and the fused program once called it as "%r = call" (an MLIR parse
+    # error): the whole trace then fell back to running op by op, with a warning.
+    with torchtpu.eager_mode("fused"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = torch.zeros(0, device="tpu")
+        y = torch.ones(3, device="tpu") * 2
+        t[torch.zeros(0, dtype=torch.bool, device="tpu")] = torch.zeros(0, device="tpu")
+        assert (y + 1).cpu().tolist() == [3.0] * 3 and t.cpu().shape == (0,)

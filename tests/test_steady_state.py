@@ -318,6 +318,53 @@ def test_program_cache_is_bounded():
     assert "ok" in result.stdout
 
 
+def test_compiles_make_room_under_the_memory_map_cap():
+    # Each program keeps a few JIT mappings; at the kernel's cap the plugin's JIT fails and a later C++
+    # exception crashed the process (a long fused run). The caches now give programs back as the count nears
+    # the cap; TORCHTPU_MAX_MAP_COUNT stands in for a low vm.max_map_count.
+    result = run_python(
+        """
+        import torch, torchtpu
+        def mappings():
+            return sum(1 for _ in open("/proc/self/maps"))
+        with torchtpu.eager_mode("fused"):
+            for n in range(1, 161):
+                x = torch.arange(n * 3, dtype=torch.float32, device="tpu").reshape(n, 3)
+                assert ((x * 2 + 1).sin().sum().item() - (torch.arange(n * 3.0) * 2 + 1).sin().sum().item()) < 1e-2
+                if n % 20 == 0:  # a C++ exception, as the crash needed
+                    try:
+                        torch.ones(2, device="tpu")[torch.tensor([5], device="tpu")].cpu()
+                    except RuntimeError as e:
+                        assert "out of bounds" in str(e)
+        assert mappings() < 6000, mappings()
+        assert torchtpu.metrics()["program_cache"]["evictions"] > 0
+        print("ok")
+        """,
+        TORCHTPU_MAX_MAP_COUNT="6000",
+        TORCHTPU_RECOMPILE_WARNING="0",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
+
+
+def test_a_compile_past_the_memory_map_cap_is_a_clear_error():
+    result = run_python(
+        """
+        import torch, torchtpu
+        x = torch.arange(4.0).to("tpu")  # an upload compiles nothing
+        try:
+            x + 1
+        except RuntimeError as e:
+            print("error:", e)
+        print(x.cpu().tolist())
+        """,
+        TORCHTPU_MAX_MAP_COUNT="400",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "near the kernel's limit of 400 (vm.max_map_count)" in result.stdout, result.stdout
+    assert "[0.0, 1.0, 2.0, 3.0]" in result.stdout
+
+
 def test_an_op_that_keeps_compiling_warns_once():
     result = run_python(
         """

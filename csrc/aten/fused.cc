@@ -25,6 +25,7 @@
 #include "cache/program_cache.h"
 #include "eager/driver.h"
 #include "runtime/error.h"
+#include "runtime/mapping_budget.h"
 #include "runtime/plugin.h"
 
 namespace torchtpu::aten {
@@ -117,7 +118,11 @@ uint64_t next_trace_id() {
 
 // Never destroyed, as the op program cache (aten/op_kernel.cc).
 cache::ProgramCache<FusedProgram>& fused_programs() {
-  static auto* programs = new cache::ProgramCache<FusedProgram>(cache::max_programs());
+  static auto* programs = [] {
+    auto* cache = new cache::ProgramCache<FusedProgram>(cache::max_programs());
+    runtime::add_mapping_shrinker([cache] { cache->shrink(); });
+    return cache;
+  }();
   return *programs;
 }
 
@@ -321,6 +326,8 @@ std::string compose(const Trace& trace, const TraceParameters& parameters, const
     std::vector<std::string> in, out;
     for (const ir::Type& t : op.signature->param_types) in.push_back(ir::to_mlir(t));
     for (const runtime::ArrayType& t : op.signature->executable->output_types()) out.push_back(array_type(t));
+    // A program with no results (a write of zero elements) computes nothing; a call of it cannot be named.
+    if (out.empty()) continue;
     module << "    %r" << k << ":" << out.size() << " = \"func.call\"(";
     for (size_t p = 0; p < op.sources.size(); ++p) module << (p ? ", " : "") << value(op.sources[p]);
     module << ") {callee = @" << function_of[op.signature->id] << "} : " << type_list(in) << " -> " << type_list(out)

@@ -91,6 +91,19 @@ class ProgramCache {
     }
   }
 
+  // Drops the older half of every shard (at least one entry of a non-empty shard): how the cache gives
+  // back memory mappings when the process nears its cap (runtime/mapping_budget.h).
+  void shrink() {
+    for (Shard& s : shards_) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      for (size_t drop = (s.order.size() + 1) / 2; drop > 0; --drop) {
+        s.index.erase(s.order.back().first);
+        s.order.pop_back();
+        evictions_++;
+      }
+    }
+  }
+
   size_t size() {
     size_t n = 0;
     for (Shard& s : shards_) {

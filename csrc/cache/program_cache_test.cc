@@ -1,4 +1,5 @@
-// Tier-1 cache tests: threads racing for one new program build it once, without blocking other keys.
+// Tier-1 cache tests: threads racing for one new program build it once, without blocking other keys;
+// shrinking keeps the recent programs.
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -103,6 +104,16 @@ TEST_CASE("a failed or unfiled build leaves each waiter to build its own") {
   EXPECT(builds == 4);
   EXPECT(built == 3);
   EXPECT(programs.size() == 0);
+}
+
+TEST_CASE("shrink drops the least recently used half and keeps the recent programs") {
+  cache::ProgramCache<int> programs(4096);
+  for (int64_t i = 0; i < 400; ++i) programs.insert(key_of(i), std::make_shared<int>(static_cast<int>(i)));
+  for (int64_t i = 0; i < 10; ++i) EXPECT(programs.find(key_of(i)) != nullptr);  // now the most recent
+  programs.shrink();
+  EXPECT(programs.size() <= 200 + 16 && programs.size() >= 200 - 16);  // half of each of 16 shards, rounded
+  EXPECT(programs.evictions() == static_cast<int64_t>(400 - programs.size()));
+  for (int64_t i = 0; i < 10; ++i) EXPECT(programs.find(key_of(i)) != nullptr);
 }
 
 int main() { return torchtpu::testing::run_all(); }

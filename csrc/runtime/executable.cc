@@ -4,6 +4,7 @@
 
 #include "runtime/compile_options.h"
 #include "runtime/error.h"
+#include "runtime/mapping_budget.h"
 #include "runtime/pjrt_api.h"
 #include "runtime/plugin.h"
 
@@ -246,6 +247,7 @@ std::vector<BufferPtr> Executable::execute_partitioned(const std::vector<const B
 
 std::unique_ptr<Executable> compile(const std::string& stablehlo, std::vector<ArrayType> output_types,
                                     std::vector<int64_t> aliased_inputs, const Partitioning& partitioning) {
+  make_room_for_a_program();
   const Plugin& p = plugin();
   PJRT_Program program = mlir_program(stablehlo);
   const std::string options = compile_options(partitioning);
@@ -287,6 +289,7 @@ std::string Executable::serialize() const {
 
 std::unique_ptr<Executable> deserialize(const std::string& bytes, std::vector<ArrayType> output_types,
                                         std::vector<int64_t> aliased_inputs) {
+  make_room_for_a_program();
   const Plugin& p = plugin();
   PJRT_Executable_DeserializeAndLoad_Args args{};
   args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE;
