@@ -248,23 +248,35 @@ def test_a_failure_reaches_its_thread_and_every_other_thread_once(mode):
     assert all(e[2:] == (message, True) for e in others)
 
 
-def test_another_threads_failure_is_raised_once_here_and_kept_for_that_thread():
-    table = torch.randn(5, 3).to("tpu")
-    failed, read = threading.Event(), threading.Event()
-    errors = []
+def sync_keeping_errors(table: torch.Tensor, errors: list) -> None:
+    """Syncs by reading `table`'s sum; a RuntimeError's message joins `errors`."""
+    try:
+        table.sum().item()
+    except RuntimeError as e:
+        errors.append(str(e))
+
+
+def start_failing_thread(table: torch.Tensor, then) -> threading.Thread:
+    """Starts a thread that indexes `table` out of range (index 7), without a sync, then runs `then()`;
+    returns it once the failing op is queued."""
+    failed = threading.Event()
 
     def bad():
-        table[torch.tensor([7], device="tpu")]  # out of range; this thread does not sync yet
+        table[torch.tensor([7], device="tpu")]
         failed.set()
-        read.wait()
-        try:
-            table.sum().item()
-        except RuntimeError as e:
-            errors.append(str(e))
+        then()
 
-    other = threading.Thread(target=bad)
-    other.start()
+    thread = threading.Thread(target=bad)
+    thread.start()
     failed.wait()
+    return thread
+
+
+def test_another_threads_failure_is_raised_once_here_and_kept_for_that_thread():
+    table = torch.randn(5, 3).to("tpu")
+    read = threading.Event()
+    errors = []
+    other = start_failing_thread(table, then=lambda: (read.wait(), sync_keeping_errors(table, errors)))
     with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
         table.sum().item()
     torch.testing.assert_close(table[torch.tensor([4], device="tpu")].cpu(), table.cpu()[[4]])  # told once
@@ -285,30 +297,15 @@ def test_a_failure_of_a_thread_that_ended_is_raised_by_the_next_sync():
 
 def test_a_failure_already_raised_here_is_dropped_once_its_thread_ends():
     table = torch.randn(5, 3).to("tpu")
-    failed, told = threading.Event(), threading.Event()
-
-    def bad():
-        table[torch.tensor([7], device="tpu")]  # out of range; this thread ends without a sync
-        failed.set()
-        told.wait()
-
-    other = threading.Thread(target=bad)
-    other.start()
-    failed.wait()
+    told = threading.Event()
+    other = start_failing_thread(table, then=told.wait)  # it ends without a sync
     with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
         table.sum().item()
     told.set()
     join_to_the_end(other)
     table.sum().item()  # the owner is gone and this thread was told: nothing more is owed
     errors = []
-
-    def later_thread():
-        try:
-            table.sum().item()
-        except RuntimeError as e:
-            errors.append(str(e))
-
-    later = threading.Thread(target=later_thread)
+    later = threading.Thread(target=sync_keeping_errors, args=(table, errors))
     later.start()
     later.join()
     assert errors == []

@@ -25,7 +25,6 @@
 #include "cache/program_cache.h"
 #include "eager/driver.h"
 #include "runtime/error.h"
-#include "runtime/mapping_budget.h"
 #include "runtime/plugin.h"
 
 namespace torchtpu::aten {
@@ -116,15 +115,7 @@ uint64_t next_trace_id() {
   return next++;
 }
 
-// Never destroyed, as the op program cache (aten/op_kernel.cc).
-cache::ProgramCache<FusedProgram>& fused_programs() {
-  static auto* programs = [] {
-    auto* cache = new cache::ProgramCache<FusedProgram>(cache::max_programs());
-    runtime::add_mapping_shrinker([cache] { cache->shrink(); });
-    return cache;
-  }();
-  return *programs;
-}
+cache::ProgramCache<FusedProgram>& fused_programs() { return cache::process_program_cache<FusedProgram>(); }
 
 struct Counters {
   std::atomic<int64_t> ops_recorded{0}, programs_run{0}, compiles{0};

@@ -31,22 +31,12 @@
 #include "cache/program_cache.h"
 #include "eager/driver.h"
 #include "runtime/error.h"
-#include "runtime/mapping_budget.h"
 #include "runtime/plugin.h"
 
 namespace torchtpu::aten {
 namespace {
 
-// Never destroyed: freeing executables at exit would run into the plugin's own statics, already torn down
-// (under ASan, a use after free in XLA's JIT listener).
-cache::ProgramCache<OpSignature>& program_cache() {
-  static auto* programs = [] {
-    auto* cache = new cache::ProgramCache<OpSignature>(cache::max_programs());
-    runtime::add_mapping_shrinker([cache] { cache->shrink(); });
-    return cache;
-  }();
-  return *programs;
-}
+cache::ProgramCache<OpSignature>& program_cache() { return cache::process_program_cache<OpSignature>(); }
 
 // After this many programs of one op, a single warning lists its latest signatures.
 int64_t recompile_warning_threshold() {

@@ -3,7 +3,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-
 #include <cstdlib>
 #include <cstring>
 #include <map>

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "cache/program_key.h"
+#include "runtime/mapping_budget.h"
 
 namespace torchtpu::cache {
 
@@ -137,5 +138,18 @@ class ProgramCache {
   std::array<Shard, kShards> shards_;
   std::atomic<int64_t> evictions_{0};
 };
+
+// The process's tier-1 cache of `Program`s, bounded by max_programs(). Never destroyed: freeing executables at
+// exit would run into the plugin's own statics, already torn down (under ASan, a use after free in XLA's JIT
+// listener). It gives back its older programs when the process nears its memory-map cap.
+template <class Program>
+ProgramCache<Program>& process_program_cache() {
+  static auto* programs = [] {
+    auto* cache = new ProgramCache<Program>(max_programs());
+    runtime::add_mapping_shrinker([cache] { cache->shrink(); });
+    return cache;
+  }();
+  return *programs;
+}
 
 }  // namespace torchtpu::cache

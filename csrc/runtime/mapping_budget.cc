@@ -17,6 +17,7 @@ namespace {
 // once the last reading plus this much per compile since could reach the high-water mark.
 constexpr long kMappingsPerCompileBound = 32;
 
+// The cap used: TORCHTPU_MAX_MAP_COUNT when set, else the kernel's vm.max_map_count.
 long read_cap() {
   if (const char* env = std::getenv("TORCHTPU_MAX_MAP_COUNT"); env != nullptr && *env != '\0') {
     const long value = std::atol(env);
@@ -50,12 +51,12 @@ Budget& budget() {
   return *b;
 }
 
-}  // namespace
-
 long mapping_cap() {
   static const long cap = read_cap();
   return cap;
 }
+
+}  // namespace
 
 void add_mapping_shrinker(std::function<void()> shrink) {
   std::lock_guard<std::mutex> lock(budget().mutex);

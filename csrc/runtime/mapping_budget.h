@@ -19,9 +19,6 @@ void add_mapping_shrinker(std::function<void()> shrink);
 // caches the process is at the cap (programs held elsewhere, or other code's mappings).
 void make_room_for_a_program();
 
-// The cap used: TORCHTPU_MAX_MAP_COUNT when set, else the kernel's vm.max_map_count.
-long mapping_cap();
-
 // Not a PjrtError on purpose: the disk cache treats a PjrtError while loading as a bad entry.
 class TooManyMappings : public std::runtime_error {
  public:
