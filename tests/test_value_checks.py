@@ -311,6 +311,29 @@ def test_a_failure_already_raised_here_is_dropped_once_its_thread_ends():
     assert errors == []
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_threads_that_ended_leave_no_error_state_behind(mode):
+    """A server may start a thread per request: each thread's error state (a device buffer) is freed at a sync
+    once its thread has ended and nothing in it is left to read or raise."""
+    table = torch.randn(50, 8).to("tpu")
+
+    def request():
+        F.embedding(torch.randint(0, 50, (4,), device="tpu"), table).sum().item()
+
+    with torchtpu.eager_mode(mode):
+        request()  # this thread's own state exists from here on
+        before = torch.tpu.memory_allocated()
+        for _ in range(3):
+            all_started = threading.Barrier(8)  # alive at once, so no thread reuses an ended one's id
+            threads = [threading.Thread(target=lambda: (request(), all_started.wait())) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                join_to_the_end(thread)
+            table.sum().item()
+            assert torch.tpu.memory_allocated() == before
+
+
 def test_valid_values_pass_in_every_mode():
     x = torch.randn(4, 5)
     index = torch.tensor([[0, 3, 1, 2, 3]])

@@ -107,7 +107,8 @@ namespace {
 
 struct CheckStates {
   std::mutex mutex;
-  std::map<std::pair<int, std::thread::id>, std::unique_ptr<CheckState>> by_owner;  // by device, then owner
+  // Shared: a sync reading a state keeps it alive while an ended owner's state is forgotten.
+  std::map<std::pair<int, std::thread::id>, std::shared_ptr<CheckState>> by_owner;  // by device, then owner
   std::set<std::thread::id> ended;  // owners whose threads have ended: their failures go to any thread
 };
 // Leaked on purpose, like the fused traces: the states' buffers must not be destroyed after the plugin.
@@ -121,9 +122,9 @@ CheckStates& check_states() {
 CheckState& check_state(int device, std::thread::id owner) {
   CheckStates& states = check_states();
   std::lock_guard<std::mutex> lock(states.mutex);
-  std::unique_ptr<CheckState>& state = states.by_owner[{device, owner}];
+  std::shared_ptr<CheckState>& state = states.by_owner[{device, owner}];
   if (!state) {
-    state = std::make_unique<CheckState>();
+    state = std::make_shared<CheckState>();
     // Never written, its storage reads as zeros: no failure.
     state->tensor = empty_memory_format({3}, at::kLong, std::nullopt,
                                         c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)),
@@ -191,21 +192,53 @@ void raise_recorded_failure(CheckState& state, std::thread::id self, bool owns) 
   }
 }
 
+// Drops the states of ended threads that hold nothing unread and no kept failure: no op will update them
+// again, so each would stay allocated (a device buffer) for the rest of the process. Also forgets the ended
+// threads that have no state left.
+void forget_ended_states() {
+  std::vector<std::shared_ptr<CheckState>> forgotten;  // destroyed once the locks are released
+  {
+    // The trace lock first, as recording takes it before a state: a state is read or marked unread only
+    // under it, so "nothing unread" cannot change while this decides.
+    std::unique_lock<std::recursive_mutex> trace_lock = lock_trace();
+    CheckStates& states = check_states();
+    std::lock_guard<std::mutex> lock(states.mutex);
+    std::set<std::thread::id> still_held;
+    for (auto it = states.by_owner.begin(); it != states.by_owner.end();) {
+      const std::thread::id owner = it->first.second;
+      const CheckState& state = *it->second;
+      if (states.ended.count(owner) == 0) {
+        ++it;
+      } else if (!state.unread.load() && state.failures_kept.load() == 0) {
+        forgotten.push_back(std::move(it->second));
+        it = states.by_owner.erase(it);
+      } else {
+        still_held.insert(owner);
+        ++it;
+      }
+    }
+    states.ended = std::move(still_held);
+  }
+}
+
 }  // namespace
 
 void raise_value_errors(int device) {
   const std::thread::id self = trace_owner();
-  std::vector<std::pair<CheckState*, bool>> to_read;  // with whether `self` owns it (see raise_recorded_failure)
+  std::vector<std::pair<std::shared_ptr<CheckState>, bool>> to_read;  // with whether `self` owns it
+  bool any_ended = false;
   {
     CheckStates& states = check_states();
     std::lock_guard<std::mutex> lock(states.mutex);
+    any_ended = !states.ended.empty();
     for (const auto& [key, state] : states.by_owner) {
       const auto& [state_device, owner] = key;
       if (state_device == device && (state->unread.load() || state->failures_kept.load() > 0)) {
-        to_read.emplace_back(state.get(), owner == self || states.ended.count(owner) > 0);
+        to_read.emplace_back(state, owner == self || states.ended.count(owner) > 0);
       }
     }
   }
+  if (any_ended) forget_ended_states();
   for (const auto& [state, owns] : to_read) raise_recorded_failure(*state, self, owns);
 }
 

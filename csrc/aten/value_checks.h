@@ -34,8 +34,9 @@ int64_t register_check(const std::string& op, const lowering::ValueCheck& check)
 // (per trace owner, aten/fused.h), so that fused traces of several threads do not chain through one value.
 // A failure read from the device is raised once in every thread that syncs, as a CUDA device-side assert
 // reaches every thread (another thread may have read the failed op's result), and kept until the thread
-// whose op made it has raised it too, or raised once anywhere if that thread has ended. Its users hold
-// lock_trace() from reading the state to binding the new one, as recording does.
+// whose op made it has raised it too, or raised once anywhere if that thread has ended; an ended thread's
+// state is freed at a sync once it holds nothing unread or kept. Its users hold lock_trace() from reading the
+// state to binding the new one, as recording does.
 struct CheckState {
   struct Failure {
     std::array<int64_t, 3> word;
