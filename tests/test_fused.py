@@ -2,6 +2,7 @@
 and CPU's; a repeated training step runs one cached program per step with nothing compiled after
 warm-up; every flush is counted with its reason."""
 import json
+import os
 import warnings
 
 import pytest
@@ -18,13 +19,14 @@ def fused():
 
 
 def test_mode_switches_and_restores():
-    assert torchtpu.current_eager_mode() == "strict"
+    default = os.environ.get("TORCHTPU_EAGER_MODE", "strict")
+    assert torchtpu.current_eager_mode() == default
     with torchtpu.eager_mode("fused"):
         assert torchtpu.current_eager_mode() == "fused"
         with torchtpu.eager_mode("debug"):
             assert torchtpu.current_eager_mode() == "debug"
         assert torchtpu.current_eager_mode() == "fused"
-    assert torchtpu.current_eager_mode() == "strict"
+    assert torchtpu.current_eager_mode() == default
     with pytest.raises(ValueError, match="unknown eager mode"):
         torchtpu.eager_mode("lazy")
 
@@ -138,6 +140,7 @@ def test_in_place_updates_donate_their_buffer_in_fused_mode(metrics):
     torch.tpu.synchronize()
     live = torch.tpu.memory_allocated()
     torch.tpu.reset_peak_memory_stats()
+    runs = fused()["programs_run"]  # the zeros ran as a program when the environment's mode is fused
     with torchtpu.eager_mode("fused"):
         for _ in range(5):
             x.add_(1.0)
@@ -145,8 +148,23 @@ def test_in_place_updates_donate_their_buffer_in_fused_mode(metrics):
         torch.tpu.synchronize()
     # One program updates x; its old buffer becomes the result, so no second 4 MiB is ever live.
     assert torch.tpu.max_memory_allocated() - live < (1 << 20)
-    assert fused()["programs_run"] == 1
+    assert fused()["programs_run"] - runs == 1
     assert_close(x[:3].cpu(), torch.full((3,), 62.0))
+
+
+def test_memory_figures_count_the_tensors_recorded_so_far(metrics):
+    """A tensor the caller holds counts in memory_allocated at once, as on CUDA: the figures run the calling
+    thread's recorded ops first, so its results hold their buffers."""
+    with torchtpu.eager_mode("fused"):
+        before = torch.tpu.memory_allocated()
+        x = torch.randn(1000, device="tpu") * 2
+        assert torch.tpu.memory_allocated() >= before + 4000
+        assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated()
+        torch.tpu.reset_peak_memory_stats()
+        y = x + 1  # recorded after the reset: its buffer is in the new peak
+        assert torch.tpu.max_memory_allocated() >= torch.tpu.memory_allocated() >= before + 8000
+        assert fused()["flushes"].get("memory statistics", 0) == 2  # an empty trace is no flush
+    assert_close(y.cpu(), x.cpu() + 1)
 
 
 def test_a_fused_program_that_fails_raises_and_the_process_goes_on():

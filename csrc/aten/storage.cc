@@ -42,8 +42,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
   void emptyCache(c10::MempoolId_t /*pool*/) override {}  // buffers are freed with their last tensor: no cache
   void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}  // one queue per device
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    check_device_index(device);
-    const runtime::MemoryStats raw = runtime::memory_stats(device);
+    const runtime::MemoryStats raw = device_memory_stats(device);
     c10::CachingDeviceAllocator::DeviceStats stats;
     const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
@@ -68,10 +67,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
     check_device_index(device);
     runtime::reset_accumulated_memory(device);
   }
-  void resetPeakStats(c10::DeviceIndex device) override {
-    check_device_index(device);
-    runtime::reset_peak_memory(device);
-  }
+  void resetPeakStats(c10::DeviceIndex device) override { reset_device_peak_memory(device); }
   // torch.accelerator.get_memory_info and torch.tpu.mem_get_info: (free, total) bytes.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     check_device_index(device);
@@ -92,6 +88,18 @@ class TpuAllocator final : public c10::DeviceAllocator {
 };
 
 }  // namespace
+
+runtime::MemoryStats device_memory_stats(c10::DeviceIndex device) {
+  check_device_index(device);
+  flush_trace("memory statistics");
+  return runtime::memory_stats(device);
+}
+
+void reset_device_peak_memory(c10::DeviceIndex device) {
+  check_device_index(device);
+  flush_trace("memory statistics");  // the peak then covers what runs after the reset, as CUDA's does
+  runtime::reset_peak_memory(device);
+}
 
 c10::Allocator* tpu_allocator() {
   static TpuAllocator allocator;

@@ -105,6 +105,11 @@ class StorageWriteLock {
 };
 
 c10::Allocator* tpu_allocator();
+// The device's memory figures as torch.tpu and torch.accelerator report them. In fused mode the calling
+// thread's recorded ops run first: until then their results hold no buffers, and the figures would leave out
+// tensors the caller holds (docs/modes.md).
+runtime::MemoryStats device_memory_stats(c10::DeviceIndex device);
+void reset_device_peak_memory(c10::DeviceIndex device);
 StorageHandle& storage_handle(const c10::Storage& storage);
 inline StorageHandle& storage_handle(const at::Tensor& tensor) { return storage_handle(tensor.storage()); }
 

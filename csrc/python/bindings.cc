@@ -205,7 +205,10 @@ PYBIND11_MODULE(_C, m) {
     });
   });
   m.def("_memory_stats", [](int device) {
-    const runtime::MemoryStats stats = runtime::memory_stats(device);
+    const runtime::MemoryStats stats = translate([&] {
+      py::gil_scoped_release no_gil;  // a fused trace may run first
+      return aten::device_memory_stats(static_cast<c10::DeviceIndex>(device));
+    });
     py::dict d;
     d["allocated"] = stats.allocated;
     d["peak"] = stats.peak_allocated;
@@ -217,7 +220,12 @@ PYBIND11_MODULE(_C, m) {
     d["limit"] = stats.limit;
     return d;
   });
-  m.def("_reset_peak_memory", &runtime::reset_peak_memory);
+  m.def("_reset_peak_memory", [](int device) {
+    translate([&] {
+      py::gil_scoped_release no_gil;
+      aten::reset_device_peak_memory(static_cast<c10::DeviceIndex>(device));
+    });
+  });
   m.def("_reset_accumulated_memory", &runtime::reset_accumulated_memory);
   m.def("_set_memory_limit", &runtime::set_memory_limit);
   // Reliability (docs/reliability.md): availability without initialising, fork safety, exit.
