@@ -24,55 +24,75 @@ def unexpected_stderr(stderr: str) -> list[str]:
 # ---- out of memory ------------------------------------------------------------------------------------
 
 def test_device_oom_raises_out_of_memory_error_and_process_continues():
-    survivor = torch.arange(6.0, device="tpu")
-    before = torch.tpu.memory_stats()["num_ooms"]
-    with pytest.raises(torch.OutOfMemoryError) as info:
-        torch.zeros(2**40, device="tpu")  # 4 TiB: the plugin itself refuses (RESOURCE_EXHAUSTED)
-    message = str(info.value)
-    assert "tpu:0 out of memory. Tried to allocate 4.00 TiB" in message, message
-    assert "live in tensors on the device, peak" in message, message
-    assert "RESOURCE_EXHAUSTED" in message, message  # the PJRT status code is kept
-    assert "aten::zero_" in message, message  # the op that asked
-    assert isinstance(info.value, RuntimeError)  # what code written for CUDA catches
-    assert torch.tpu.memory_stats()["num_ooms"] == before + 1
-    torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
-    torch.testing.assert_close(torch.ones(4, device="tpu").sum().cpu(), torch.tensor(4.0))
+    with torchtpu.eager_mode("strict"):  # raised at the op; fused mode raises at the flush (below)
+        survivor = torch.arange(6.0, device="tpu")
+        before = torch.tpu.memory_stats()["num_ooms"]
+        with pytest.raises(torch.OutOfMemoryError) as info:
+            torch.zeros(2**40, device="tpu")  # 4 TiB: the plugin itself refuses (RESOURCE_EXHAUSTED)
+        message = str(info.value)
+        assert "tpu:0 out of memory. Tried to allocate 4.00 TiB" in message, message
+        assert "live in tensors on the device, peak" in message, message
+        assert "RESOURCE_EXHAUSTED" in message, message  # the PJRT status code is kept
+        assert "aten::zero_" in message, message  # the op that asked
+        assert isinstance(info.value, RuntimeError)  # what code written for CUDA catches
+        assert torch.tpu.memory_stats()["num_ooms"] == before + 1
+        torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
+        torch.testing.assert_close(torch.ones(4, device="tpu").sum().cpu(), torch.tensor(4.0))
 
 
 def test_an_allocation_failing_inside_an_asynchronous_execution_is_out_of_memory_too():
-    # The plugin reports these as INTERNAL "Out of memory allocating N bytes" when the program runs, at the
-    # sync or the read that waits for it; code written for CUDA catches torch.OutOfMemoryError there.
-    survivor = torch.arange(6.0, device="tpu")
-    with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 3.64 TiB.*asynchronous execution"):
-        failed = torch.randn(10**12, device="tpu")
+    with torchtpu.eager_mode("strict"):  # raised at the op; fused mode raises at the flush (below)
+        # The plugin reports these as INTERNAL "Out of memory allocating N bytes" when the program runs, at the
+        # sync or the read that waits for it; code written for CUDA catches torch.OutOfMemoryError there.
+        survivor = torch.arange(6.0, device="tpu")
+        with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 3.64 TiB.*asynchronous execution"):
+            failed = torch.randn(10**12, device="tpu")
+            torch.tpu.synchronize()
+        del failed
+        with pytest.raises(torch.OutOfMemoryError, match=r"\(in copy to the host\)"):
+            (torch.ones(10**6, 1, device="tpu") @ torch.ones(1, 10**6, device="tpu")).sum().item()
+        with pytest.raises(torch.OutOfMemoryError):  # the failed product is reported at the next sync too
+            torch.tpu.synchronize()
         torch.tpu.synchronize()
-    del failed
-    with pytest.raises(torch.OutOfMemoryError, match=r"\(in copy to the host\)"):
-        (torch.ones(10**6, 1, device="tpu") @ torch.ones(1, 10**6, device="tpu")).sum().item()
-    with pytest.raises(torch.OutOfMemoryError):  # the failed product is reported at the next sync too
-        torch.tpu.synchronize()
-    torch.tpu.synchronize()
-    torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
+        torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
 
 
 def test_memory_limit_refuses_before_running_and_names_the_figures():
-    torch.tpu.synchronize()
-    live = torch.tpu.memory_allocated()
-    total = torch.tpu.mem_get_info()[1]
-    torch.tpu.set_per_process_memory_fraction((live + (1 << 20)) / total)  # about 1 MiB of headroom
-    try:
-        small = torch.ones(1 << 16, device="tpu")  # 256 KiB fits
-        with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4.00 MiB.*limit .*per-process"):
-            torch.ones(1 << 20, device="tpu")
-        with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4.00 MiB.*\(in copy to tpu\)"):
-            torch.ones(1 << 20).to("tpu")
-        assert torch.tpu.memory_stats()["limit_bytes"] > 0
-        torch.testing.assert_close((small + 1).sum().cpu(), torch.tensor(2.0 * (1 << 16)))
-    finally:
-        torch.tpu.set_per_process_memory_fraction(1.0)
-    assert "limit_bytes" not in torch.tpu.memory_stats()
-    big = torch.ones(1 << 20, device="tpu")
-    assert torch.tpu.memory_allocated() >= live + big.nbytes
+    with torchtpu.eager_mode("strict"):  # raised at the op; fused mode raises at the flush (below)
+        torch.tpu.synchronize()
+        live = torch.tpu.memory_allocated()
+        total = torch.tpu.mem_get_info()[1]
+        torch.tpu.set_per_process_memory_fraction((live + (1 << 20)) / total)  # about 1 MiB of headroom
+        try:
+            small = torch.ones(1 << 16, device="tpu")  # 256 KiB fits
+            with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4.00 MiB.*limit .*per-process"):
+                torch.ones(1 << 20, device="tpu")
+            with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4.00 MiB.*\(in copy to tpu\)"):
+                torch.ones(1 << 20).to("tpu")
+            assert torch.tpu.memory_stats()["limit_bytes"] > 0
+            torch.testing.assert_close((small + 1).sum().cpu(), torch.tensor(2.0 * (1 << 16)))
+        finally:
+            torch.tpu.set_per_process_memory_fraction(1.0)
+        assert "limit_bytes" not in torch.tpu.memory_stats()
+        big = torch.ones(1 << 20, device="tpu")
+        assert torch.tpu.memory_allocated() >= live + big.nbytes
+
+
+def test_an_allocation_failing_in_a_fused_program_is_out_of_memory_and_keeps_earlier_values():
+    """Fused mode raises at the flush. The ops then run one by one, so the values recorded before the failing
+    op are kept and the error names that op, as strict mode's would."""
+    with torchtpu.eager_mode("fused"):
+        survivor = torch.arange(6.0, device="tpu")
+        survivor.sum().item()
+        earlier = survivor * 3  # recorded before the failing op, flushed with it
+        with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4.00 TiB.*\(in aten::zero_\)"):
+            big = torch.zeros(2**40, device="tpu")  # live at the flush: the fused program must make it
+            big[:2].cpu()
+        torch.testing.assert_close(earlier.cpu(), torch.arange(6.0) * 3)
+        with pytest.raises(RuntimeError, match="the value of this tpu tensor was lost"):
+            big[:2].cpu()
+        del big
+        torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
 
 
 def test_memory_figures_are_real():

@@ -266,48 +266,60 @@ def start_failing_thread(table: torch.Tensor, then) -> threading.Thread:
         failed.set()
         then()
 
-    thread = threading.Thread(target=bad)
+    thread = threading.Thread(target=bad, daemon=True)  # a failed assertion must not leave it blocking exit
     thread.start()
     failed.wait()
     return thread
 
 
+# The next three follow a failing op of another thread in strict mode, where it runs at once. In fused mode
+# it waits in that thread's trace until that thread syncs (docs/modes.md), or, if it ends, until a sync here.
 def test_another_threads_failure_is_raised_once_here_and_kept_for_that_thread():
     table = torch.randn(5, 3).to("tpu")
     read = threading.Event()
     errors = []
-    other = start_failing_thread(table, then=lambda: (read.wait(), sync_keeping_errors(table, errors)))
-    with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
-        table.sum().item()
-    torch.testing.assert_close(table[torch.tensor([4], device="tpu")].cpu(), table.cpu()[[4]])  # told once
-    read.set()
-    other.join()
+    with torchtpu.eager_mode("strict"):
+        other = start_failing_thread(table, then=lambda: (read.wait(), sync_keeping_errors(table, errors)))
+        try:
+            with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
+                table.sum().item()
+            torch.testing.assert_close(table[torch.tensor([4], device="tpu")].cpu(), table.cpu()[[4]])  # told once
+        finally:
+            read.set()
+        other.join()
     assert len(errors) == 1 and "index 7 is out of bounds" in errors[0] and ANOTHER_THREAD not in errors[0]
 
 
-def test_a_failure_of_a_thread_that_ended_is_raised_by_the_next_sync():
-    table = torch.randn(5, 3).to("tpu")
-    other = threading.Thread(target=lambda: table[torch.tensor([7], device="tpu")])
-    other.start()
-    join_to_the_end(other)
-    with pytest.raises(RuntimeError, match="index 7 is out of bounds"):
-        table.sum().item()
-    torch.testing.assert_close(table.sum().cpu(), table.cpu().sum())
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_failure_of_a_thread_that_ended_is_raised_by_the_next_sync(mode, metrics):
+    with torchtpu.eager_mode(mode):
+        table = torch.randn(5, 3).to("tpu")
+        other = threading.Thread(target=lambda: table[torch.tensor([7], device="tpu")])
+        other.start()
+        join_to_the_end(other)
+        with pytest.raises(RuntimeError, match="index 7 is out of bounds"):
+            table.sum().item()
+        torch.testing.assert_close(table.sum().cpu(), table.cpu().sum())
+    if mode == "fused":  # the ended thread's recorded ops ran at that sync
+        assert torchtpu.metrics()["fused"]["flushes"].get("trace of an ended thread", 0) == 1
 
 
 def test_a_failure_already_raised_here_is_dropped_once_its_thread_ends():
     table = torch.randn(5, 3).to("tpu")
     told = threading.Event()
-    other = start_failing_thread(table, then=told.wait)  # it ends without a sync
-    with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
-        table.sum().item()
-    told.set()
-    join_to_the_end(other)
-    table.sum().item()  # the owner is gone and this thread was told: nothing more is owed
     errors = []
-    later = threading.Thread(target=sync_keeping_errors, args=(table, errors))
-    later.start()
-    later.join()
+    with torchtpu.eager_mode("strict"):
+        other = start_failing_thread(table, then=told.wait)  # it ends without a sync
+        try:
+            with pytest.raises(RuntimeError, match=re.escape(ANOTHER_THREAD)):
+                table.sum().item()
+        finally:
+            told.set()
+        join_to_the_end(other)
+        table.sum().item()  # the owner is gone and this thread was told: nothing more is owed
+        later = threading.Thread(target=sync_keeping_errors, args=(table, errors))
+        later.start()
+        later.join()
     assert errors == []
 
 
@@ -393,10 +405,12 @@ def test_launch_blocking_and_checks_off_from_the_environment():
         torch.tpu.synchronize()
         print("OK")
     """
-    blocking = run_python(code, TORCHTPU_LAUNCH_BLOCKING="1")
-    assert "raised at the op: gather(): index 5 is out of bounds for dimension 0 with size 3" in blocking.stdout, \
-        blocking.stderr
-    assert blocking.stdout.strip().endswith("OK")
+    # The switch the error message names wins over an environment that picks a mode.
+    for mode in ("strict", "fused"):
+        blocking = run_python(code, TORCHTPU_LAUNCH_BLOCKING="1", TORCHTPU_EAGER_MODE=mode)
+        assert "raised at the op: gather(): index 5 is out of bounds for dimension 0 with size 3" in \
+            blocking.stdout, blocking.stderr
+        assert blocking.stdout.strip().endswith("OK")
     off = run_python(code, TORCHTPU_VALUE_CHECKS="0")
     assert "no error at the op" in off.stdout and off.stdout.strip().endswith("OK"), off.stderr
 

@@ -11,7 +11,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -19,6 +21,7 @@
 #include <unordered_set>
 
 #include "aot/recorder.h"
+#include "aten/device_error.h"
 #include "aten/sharding.h"
 #include "aten/value_checks.h"
 #include "cache/disk_cache.h"
@@ -420,9 +423,15 @@ std::vector<runtime::BufferPtr> run_fused(const Trace& trace, const TraceParamet
   return eager::execute(*program.executable, trace.device, raw, kept);
 }
 
-// The trace's ops one program each, in order (no donation: an external may feed later ops); returns the
-// live results.
-std::vector<runtime::BufferPtr> run_op_by_op(const Trace& trace, const std::vector<const Binding*>& live) {
+// Makes a live result of a trace the value of its storage (the device's value-check state is bound as such).
+using BindResult = std::function<void(size_t live_index, runtime::BufferPtr buffer)>;
+
+// The trace's ops one program each, in order (no donation: an external may feed later ops); binds each live
+// result as soon as its op has run, so that when an op fails, the values of the ops before it are kept.
+// Raises the failing op's error as the op itself would in strict mode.
+void run_op_by_op(const Trace& trace, const std::vector<const Binding*>& live, const BindResult& bind) {
+  std::vector<std::vector<size_t>> live_of_op(trace.ops.size());
+  for (size_t i = 0; i < live.size(); ++i) live_of_op[static_cast<size_t>(live[i]->op)].push_back(i);
   std::vector<std::vector<runtime::BufferPtr>> results(trace.ops.size());
   for (size_t k = 0; k < trace.ops.size(); ++k) {
     const TraceOp& op = trace.ops[k];
@@ -432,11 +441,13 @@ std::vector<runtime::BufferPtr> run_op_by_op(const Trace& trace, const std::vect
                              : results[static_cast<size_t>(s.op)][static_cast<size_t>(s.index)].get());
     }
     const runtime::Executable& executable = *op.signature->executable;
-    results[k] = eager::execute(executable, trace.device, raw, executable.aliased_inputs());
+    try {
+      results[k] = eager::execute(executable, trace.device, raw, executable.aliased_inputs());
+    } catch (const runtime::PjrtError& e) {
+      throw_device_error(executable.name(), e);
+    }
+    for (size_t i : live_of_op[k]) bind(i, results[k][static_cast<size_t>(live[i]->output)]);
   }
-  std::vector<runtime::BufferPtr> outputs;
-  for (const Binding* b : live) outputs.push_back(results[static_cast<size_t>(b->op)][static_cast<size_t>(b->output)]);
-  return outputs;
 }
 
 // Runs `trace` as one program (compiled once per key) and binds its live results. `capture`: the trace is a
@@ -501,16 +512,31 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
     fused_programs().insert(key, program);
     counters().compiles++;
   }
-  std::vector<runtime::BufferPtr> outputs =
-      program->executable ? run_fused(trace, parameters, *program) : run_op_by_op(trace, live);
-  counters().programs_run++;
   CheckState* checks = updated_check_state(trace);
-  for (size_t i = 0; i < live.size(); ++i) {
+  const BindResult bind = [&](size_t i, runtime::BufferPtr buffer) {
     if (checks != nullptr && storages[i].get() == checks->tensor.storage().unsafeGetStorageImpl()) {
-      bind_check_state(*checks, std::move(outputs[i]));
+      bind_check_state(*checks, std::move(buffer));
     } else {
-      storage_handle(c10::Storage(storages[i])).set_buffer(std::move(outputs[i]));
+      storage_handle(c10::Storage(storages[i])).set_buffer(std::move(buffer));
     }
+  };
+  counters().programs_run++;
+  if (!program->executable) {
+    run_op_by_op(trace, live, bind);
+  } else {
+    std::vector<runtime::BufferPtr> outputs;
+    try {
+      outputs = run_fused(trace, parameters, *program);
+    } catch (const runtime::PjrtError& e) {
+      // The program failed as it was launched (its results did not fit in memory, say). Op by op, the ops
+      // before the failing one keep their values and the failing op raises its own error, as in strict mode;
+      // if every op runs (one at a time they may fit), the flush has succeeded after all.
+      const std::string fused_error = e.what();
+      run_op_by_op(trace, live, bind);
+      TORCH_WARN("torchtpu: a fused program of ", trace.ops.size(), " ops failed to run (", fused_error,
+                 "); its ops ran one by one instead");
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) bind(i, std::move(outputs[i]));
   }
   FlushedTrace flushed{std::move(program), trace.device, {}, {}, std::move(storages),
                        want_text ? std::move(text) : std::string()};
@@ -581,6 +607,15 @@ void flush_trace_computing(const StorageHandle& handle, const char* reason) {
 bool pending_in_another_thread(const StorageHandle& handle) {
   std::lock_guard<std::recursive_mutex> lock(trace_mutex());
   return handle.pending && handle.pending->trace != current().id;
+}
+
+void flush_traces_of(const std::set<std::thread::id>& owners, const char* reason) {
+  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  std::vector<Trace*> recorded;  // collected first, as in flush_every_trace
+  for (auto& [owner, t] : traces()) {
+    if (owners.count(owner) > 0 && !t.ops.empty()) recorded.push_back(&t);
+  }
+  for (Trace* t : recorded) run_and_clear(*t, reason);
 }
 
 void flush_every_trace(int device, const char* reason) {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +92,8 @@ void flush_trace(const char* reason);
 void flush_trace_computing(const StorageHandle& handle, const char* reason);
 // Whether the storage's value is pending in a trace other than the calling thread's.
 bool pending_in_another_thread(const StorageHandle& handle);
+// Runs the traces that the threads `owners` recorded, for any device.
+void flush_traces_of(const std::set<std::thread::id>& owners, const char* reason);
 // Runs every thread's trace recorded for `device` (-1: for any device).
 void flush_every_trace(int device, const char* reason);
 

@@ -225,12 +225,21 @@ void forget_ended_states() {
 
 void raise_value_errors(int device) {
   const std::thread::id self = trace_owner();
-  std::vector<std::pair<std::shared_ptr<CheckState>, bool>> to_read;  // with whether `self` owns it
-  bool any_ended = false;
+  CheckStates& states = check_states();
+  std::set<std::thread::id> ended;
   {
-    CheckStates& states = check_states();
     std::lock_guard<std::mutex> lock(states.mutex);
-    any_ended = !states.ended.empty();
+    if (!states.ended.empty()) ended = states.ended;
+  }
+  if (!ended.empty()) {
+    // In fused mode a thread may end with ops recorded: no sync of its own will run them, so this one does,
+    // as a CUDA thread's launched work runs after the thread is gone (and its failures reach the next sync).
+    flush_traces_of(ended, "trace of an ended thread");
+    forget_ended_states();
+  }
+  std::vector<std::pair<std::shared_ptr<CheckState>, bool>> to_read;  // with whether `self` owns it
+  {
+    std::lock_guard<std::mutex> lock(states.mutex);
     for (const auto& [key, state] : states.by_owner) {
       const auto& [state_device, owner] = key;
       if (state_device == device && (state->unread.load() || state->failures_kept.load() > 0)) {
@@ -238,7 +247,6 @@ void raise_value_errors(int device) {
       }
     }
   }
-  if (any_ended) forget_ended_states();
   for (const auto& [state, owns] : to_read) raise_recorded_failure(*state, self, owns);
 }
 

@@ -26,12 +26,14 @@ const char* mode_name(Mode mode) {
 namespace {
 std::atomic<Mode>& current_mode() {
   static std::atomic<Mode> chosen = [] {
-    if (const char* env = std::getenv("TORCHTPU_EAGER_MODE"); env != nullptr && *env != '\0') return parse_mode(env);
-    // TORCHTPU_LAUNCH_BLOCKING=1 is CUDA_LAUNCH_BLOCKING's name for it.
+    // TORCHTPU_LAUNCH_BLOCKING=1 is CUDA_LAUNCH_BLOCKING's name for debug mode. It wins over
+    // TORCHTPU_EAGER_MODE: it is what a value-check error tells the user to set to find the failing op, and an
+    // environment that picks fused mode for speed must not silently ignore it.
     for (const char* name : {"TORCHTPU_SYNC", "TORCHTPU_LAUNCH_BLOCKING"}) {
       const char* value = std::getenv(name);
       if (value != nullptr && std::strcmp(value, "1") == 0) return Mode::kDebug;
     }
+    if (const char* env = std::getenv("TORCHTPU_EAGER_MODE"); env != nullptr && *env != '\0') return parse_mode(env);
     return Mode::kStrict;
   }();
   return chosen;
