@@ -327,8 +327,11 @@ def test_eight_threads_dispatch_move_and_read_correctly():
     run_in_threads(work, 8)
 
 
-def test_threads_recording_and_awaiting_events_while_others_synchronize():
-    """Events watch executions that another thread's synchronize() is awaiting (runtime/pending_work.cc)."""
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_threads_recording_and_awaiting_events_while_others_synchronize(mode):
+    """Events watch executions that another thread's synchronize() is awaiting (runtime/pending_work.cc). In
+    fused mode Event.record (which torch calls holding the GIL) runs the thread's trace while synchronize() runs
+    the others', which may need the GIL to drop a tensor: the trace lock lets go of the GIL (aten/fused.h)."""
     def work(rank):
         x = torch.randn(128, 128, device="tpu")
         for _ in range(30):
@@ -343,7 +346,8 @@ def test_threads_recording_and_awaiting_events_while_others_synchronize():
                 end.synchronize()
                 assert end.query() and begin.elapsed_time(end) >= 0
 
-    run_in_threads(work, 6)
+    with torchtpu.eager_mode(mode):
+        run_in_threads(work, 6)
 
 
 def test_racing_threads_compile_a_new_program_once():

@@ -156,7 +156,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std:
 std::vector<at::Tensor> CompiledGraph::take_cpu_scalars() { return std::move(cpu_scalars_); }
 
 bool CompiledGraph::fits(const std::vector<at::Tensor>& inputs) const {
-  std::unique_lock<std::recursive_mutex> lock = lock_trace();
+  TraceLock lock = lock_trace();
   // The program makes the value checks that were on at capture, and no others.
   if (inputs.size() != input_group_.size() || value_checks_enabled() != value_checks_) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -182,7 +182,7 @@ bool CompiledGraph::fits(const std::vector<at::Tensor>& inputs) const {
 std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs,
                                            const std::vector<at::Tensor>& cpu_scalars) const {
   // Held throughout, as a recording is: the device's value-check state is read and replaced here.
-  std::unique_lock<std::recursive_mutex> lock = lock_trace();
+  TraceLock lock = lock_trace();
   std::vector<runtime::BufferPtr> held(parameters_.size());
   for (size_t p = 0; p < parameters_.size(); ++p) {
     const Parameter& param = parameters_[p];

@@ -1,6 +1,6 @@
 #include "aten/fused.h"
 
-#include "runtime/plugin.h"
+#include <Python.h>
 
 #include <c10/util/Exception.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -19,6 +19,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "aot/recorder.h"
 #include "aten/device_error.h"
@@ -340,7 +341,7 @@ void count_flush(const char* reason) {
 
 }  // namespace
 
-TraceRecording::TraceRecording(int device) : lock_(trace_mutex()), trace_(&current()) {
+TraceRecording::TraceRecording(int device) : lock_(lock_trace()), trace_(&current()) {
   Trace& t = *trace_;
   if (!t.ops.empty() && (t.device != device || t.ops.size() >= kMaxTraceOps)) {
     flush_trace(t.device != device ? "device change" : "graph size limit");
@@ -549,7 +550,32 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
 
 }  // namespace
 
-std::unique_lock<std::recursive_mutex> lock_trace() { return std::unique_lock<std::recursive_mutex>(trace_mutex()); }
+TraceLock TraceLock::acquire() {
+  TraceLock held;
+  // Checked first: a thread torch started without a Python thread state has no GIL to give.
+  if (Py_IsInitialized() && PyGILState_Check()) held.released_gil_ = PyEval_SaveThread();
+  held.lock_ = std::unique_lock<std::recursive_mutex>(trace_mutex());
+  return held;
+}
+
+TraceLock::TraceLock(TraceLock&& other) noexcept
+    : lock_(std::move(other.lock_)), released_gil_(std::exchange(other.released_gil_, nullptr)) {}
+
+TraceLock& TraceLock::operator=(TraceLock&& other) noexcept {
+  if (this != &other) {
+    unlock();
+    lock_ = std::move(other.lock_);
+    released_gil_ = std::exchange(other.released_gil_, nullptr);
+  }
+  return *this;
+}
+
+void TraceLock::unlock() {
+  if (lock_.owns_lock()) lock_.unlock();
+  if (released_gil_ != nullptr) PyEval_RestoreThread(static_cast<PyThreadState*>(std::exchange(released_gil_, nullptr)));
+}
+
+TraceLock lock_trace() { return TraceLock::acquire(); }
 
 namespace {
 
@@ -582,13 +608,13 @@ std::thread::id trace_owner() {
 }
 
 void flush_trace(const char* reason) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   run_and_clear(current(), reason);
 }
 
 void flush_trace_computing(const StorageHandle& handle, const char* reason) {
   if (!handle.pending) return;  // a buffer: no lock to take
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   if (!handle.pending) return;  // computed meanwhile by another thread's flush
   const uint64_t trace_id = handle.pending->trace;
   Trace& own = current();
@@ -605,12 +631,12 @@ void flush_trace_computing(const StorageHandle& handle, const char* reason) {
 }
 
 bool pending_in_another_thread(const StorageHandle& handle) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   return handle.pending && handle.pending->trace != current().id;
 }
 
 void flush_traces_of(const std::set<std::thread::id>& owners, const char* reason) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   std::vector<Trace*> recorded;  // collected first, as in flush_every_trace
   for (auto& [owner, t] : traces()) {
     if (owners.count(owner) > 0 && !t.ops.empty()) recorded.push_back(&t);
@@ -619,7 +645,7 @@ void flush_traces_of(const std::set<std::thread::id>& owners, const char* reason
 }
 
 void flush_every_trace(int device, const char* reason) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   // Collected first: running a trace must not meet the map changing under it.
   std::vector<Trace*> recorded;
   for (auto& [owner, t] : traces()) {
@@ -629,7 +655,7 @@ void flush_every_trace(int device, const char* reason) {
 }
 
 uint64_t begin_capture() {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   flush_trace("compiled graph");
   Trace& t = current();
   t.id = next_trace_id();
@@ -638,12 +664,12 @@ uint64_t begin_capture() {
 }
 
 void end_capture_at_host_read() {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   if (current().capturing) flush_trace("host read");
 }
 
 std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text) {
-  std::lock_guard<std::recursive_mutex> lock(trace_mutex());
+  const TraceLock lock = lock_trace();
   Trace& t = current();
   if (t.id != id || t.ops.empty()) {
     flush_trace("compiled graph");

@@ -67,6 +67,27 @@ struct ExternalOrigin {
 // its ops update (aten/value_checks.h).
 std::thread::id trace_owner();
 
+// The lock a recording holds (recursive): while it is held, no other thread records, flushes or touches a
+// value-check state (aten/value_checks.h). Taking it lets go of the GIL where the caller holds it (torch calls
+// some of ours with it, Event.record for one), until the lock is released: the holder may need the GIL (to drop
+// a tensor that Python owns, to warn), so no thread may wait for the lock while holding the GIL.
+class TraceLock {
+ public:
+  TraceLock() = default;  // holds nothing
+  static TraceLock acquire();
+  TraceLock(TraceLock&& other) noexcept;
+  TraceLock& operator=(TraceLock&& other) noexcept;
+  TraceLock(const TraceLock&) = delete;
+  TraceLock& operator=(const TraceLock&) = delete;
+  ~TraceLock() { unlock(); }
+  void unlock();
+
+ private:
+  std::unique_lock<std::recursive_mutex> lock_;
+  void* released_gil_ = nullptr;  // the caller's PyThreadState, given back at unlock()
+};
+TraceLock lock_trace();
+
 // Holds the trace for the duration of one op's recording (the traces of several threads take turns).
 class TraceRecording {
  public:
@@ -81,7 +102,7 @@ class TraceRecording {
   ~TraceRecording();
 
  private:
-  std::unique_lock<std::recursive_mutex> lock_;
+  TraceLock lock_;
   Trace* trace_;  // the calling thread's (trace_owner()'s)
 };
 
@@ -124,9 +145,6 @@ void end_capture_at_host_read();
 // returns nothing (and runs whatever was recorded) when that trace was flushed before.
 std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text = false);
 
-// The lock a recording holds (recursive): while it is held, no other thread records, flushes or touches a
-// value-check state (aten/value_checks.h).
-std::unique_lock<std::recursive_mutex> lock_trace();
 
 struct FusedStats {
   int64_t ops_recorded = 0;

@@ -186,7 +186,7 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
   // A checked program replaces the device's error state: another thread's checked op waits from this read
   // to the new state, so neither loses the other's failure.
   CheckState* checks = signature.checks_values ? &check_state(device) : nullptr;
-  std::unique_lock<std::recursive_mutex> checks_lock;
+  TraceLock checks_lock;
   if (checks) checks_lock = lock_trace();
   c10::SmallVector<runtime::BufferPtr, 8> held;  // keeps every input alive through the call
   std::vector<const runtime::Buffer*> raw;

@@ -145,7 +145,7 @@ namespace {
 // Reads `state` from the device if a checked op ran since, keeping a failure; then raises the first kept
 // failure not yet raised in `self`. `owns`: `self` is the state's owner, or the owner has ended.
 void raise_recorded_failure(CheckState& state, std::thread::id self, bool owns) {
-  std::unique_lock<std::recursive_mutex> lock = lock_trace();
+  TraceLock lock = lock_trace();
   StorageHandle& handle = storage_handle(state.tensor);
   // Checked ops still recorded in another thread's fused trace have not run: that thread's next sync, a read
   // of a value that trace computes, or torch.tpu.synchronize() runs and reads them. Reading them here would
@@ -200,7 +200,7 @@ void forget_ended_states() {
   {
     // The trace lock first, as recording takes it before a state: a state is read or marked unread only
     // under it, so "nothing unread" cannot change while this decides.
-    std::unique_lock<std::recursive_mutex> trace_lock = lock_trace();
+    const TraceLock trace_lock = lock_trace();
     CheckStates& states = check_states();
     std::lock_guard<std::mutex> lock(states.mutex);
     std::set<std::thread::id> still_held;
