@@ -195,6 +195,12 @@ std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
 
 runtime::BufferPtr storage_buffer(const at::Tensor& tensor) {
   StorageHandle& handle = storage_handle(tensor);
+  if (!handle.pending) {
+    if (runtime::BufferPtr buffer = handle.buffer()) return buffer;  // the common case, with no lock
+  }
+  // Pending, or never written. Under the trace lock no thread records, so another thread's recording cannot
+  // make the storage pending again between the flush and the read (or while its buffer changes hands).
+  const TraceLock lock = lock_trace();
   if (handle.pending) {
     flush_trace_computing(handle, "buffer needed");
     TORCH_CHECK(!handle.pending, "the value of this tpu tensor was lost: the fused program computing it failed");
