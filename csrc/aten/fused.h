@@ -145,7 +145,6 @@ void end_capture_at_host_read();
 // returns nothing (and runs whatever was recorded) when that trace was flushed before.
 std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text = false);
 
-
 struct FusedStats {
   int64_t ops_recorded = 0;
   int64_t programs_run = 0;

@@ -205,10 +205,9 @@ PYBIND11_MODULE(_C, m) {
     });
   });
   m.def("_memory_stats", [](int device) {
-    const runtime::MemoryStats stats = translate([&] {
-      py::gil_scoped_release no_gil;  // a fused trace may run first
-      return aten::device_memory_stats(static_cast<c10::DeviceIndex>(device));
-    });
+    // A fused trace may run first; the trace lock lets go of the GIL for it (aten/fused.h).
+    const runtime::MemoryStats stats =
+        translate([&] { return aten::device_memory_stats(static_cast<c10::DeviceIndex>(device)); });
     py::dict d;
     d["allocated"] = stats.allocated;
     d["peak"] = stats.peak_allocated;
@@ -221,10 +220,7 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("_reset_peak_memory", [](int device) {
-    translate([&] {
-      py::gil_scoped_release no_gil;
-      aten::reset_device_peak_memory(static_cast<c10::DeviceIndex>(device));
-    });
+    translate([&] { aten::reset_device_peak_memory(static_cast<c10::DeviceIndex>(device)); });
   });
   m.def("_reset_accumulated_memory", &runtime::reset_accumulated_memory);
   m.def("_set_memory_limit", &runtime::set_memory_limit);
