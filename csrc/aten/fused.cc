@@ -438,8 +438,15 @@ void run_op_by_op(const Trace& trace, const std::vector<const Binding*>& live, c
     const TraceOp& op = trace.ops[k];
     std::vector<const runtime::Buffer*> raw;
     for (const TraceSource& s : op.sources) {
-      raw.push_back(s.op < 0 ? trace.externals[static_cast<size_t>(s.index)].get()
-                             : results[static_cast<size_t>(s.op)][static_cast<size_t>(s.index)].get());
+      if (s.op < 0) {
+        raw.push_back(trace.externals[static_cast<size_t>(s.index)].get());
+        continue;
+      }
+      // An op's program was built reading its in-trace inputs whole on one device (a pending value has no
+      // sharding yet); a partitioned op's result is gathered for the ops after it.
+      runtime::BufferPtr& input = results[static_cast<size_t>(s.op)][static_cast<size_t>(s.index)];
+      if (input->sharding() != nullptr) input = runtime::gather_to_device(*input, trace.device);
+      raw.push_back(input.get());
     }
     const runtime::Executable& executable = *op.signature->executable;
     try {

@@ -259,7 +259,8 @@ PYBIND11_MODULE(_C, m) {
     aten::shard_storage(tensor, std::move(sharding));
   });
   m.def("_sharding", [](const at::Tensor& tensor) -> py::object {
-    const runtime::ShardingPtr sharding = aten::storage_sharding(tensor);
+    // A value pending in a fused trace gets its sharding from XLA when its program runs: asking runs it.
+    const runtime::ShardingPtr sharding = aten::storage_buffer(tensor)->sharding_ptr();
     if (!sharding) return py::none();
     return py::make_tuple(sharding->tiles(), sharding->replicas(), sharding->devices(), sharding->mhlo());
   });

@@ -272,6 +272,12 @@ BufferPtr copy_to_device(const Buffer& buffer, int device) {
   return std::make_shared<Buffer>(args.dst_buffer, buffer.dtype(), buffer.dims(), device, nullptr);
 }
 
+BufferPtr gather_to_device(const Buffer& buffer, int device) {
+  auto host = std::make_shared<std::vector<char>>(buffer.nbytes());
+  download(buffer, host->data());
+  return upload(host->data(), buffer.dtype(), buffer.dims(), device, [host] {});
+}
+
 void download(const Buffer& buffer, void* dst) {
   if (const Sharding* sharding = buffer.sharding()) {
     // Each tile once, from the first device that holds it.

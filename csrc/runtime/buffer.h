@@ -71,6 +71,9 @@ BufferPtr upload_sharded(const void* data, DType dtype, const std::vector<int64_
 // A copy of an unsharded buffer on `device` (asynchronous, ordered after the buffer's producer).
 BufferPtr copy_to_device(const Buffer& buffer, int device);
 
+// An unsharded copy of a sharded buffer on `device`, assembled through the host (waits for the buffer).
+BufferPtr gather_to_device(const Buffer& buffer, int device);
+
 // Copies the whole buffer into `dst` (buffer.nbytes() bytes; a sharded buffer's tiles are assembled) and waits. Errors from the computation that
 // produced the buffer surface here, naming its producer.
 void download(const Buffer& buffer, void* dst);

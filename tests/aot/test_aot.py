@@ -28,8 +28,7 @@ def test_recorder_keeps_each_distinct_program_once_with_its_ops():
         y = torch.randn(7, 11, device="tpu")
         (y * 2).sum().cpu()
         (y * 2).sum().cpu()  # the same programs again: cache hits, nothing new
-        s = x.sum()  # a program of a new shape
-    del s
+        x.sum().cpu()  # a program of a new shape (read: in fused mode no op of it waits for the next recording)
     ops = [p.op for p in rec.programs]
     assert "aten::mul.Tensor" in ops and "aten::sum" in ops
     assert len(rec.programs) == len({p.text for p in rec.programs})
@@ -112,13 +111,14 @@ def test_int64_matmuls_compile_for_tpu_and_match_cpu():
 @needs_libtpu
 def test_every_workload_program_compiles_for_tpu(tmp_path):
     """The CI step: all test models, every distinct program, v5e and v6e; a rejection names its op. The run has
-    4 virtual chips, as the 2x2 slices have, so the SPMD workload's programs are partitioned 4 ways."""
+    4 virtual chips, as the 2x2 slices have, so the SPMD workload's programs are partitioned 4 ways. Strict
+    mode: one program per op (fused mode's step programs are the next test's)."""
     report = tmp_path / "aot.json"
     command = [sys.executable, "-m", "torchtpu.aot", "check", "--workload", "all", "--json", str(report)]
     for topology in TOPOLOGIES:
         command += ["--topology", topology]
     run = subprocess.run(command, capture_output=True, text=True, timeout=1200,
-                         env=dict(os.environ, TORCHTPU_NUM_DEVICES="4"))
+                         env=dict(os.environ, TORCHTPU_NUM_DEVICES="4", TORCHTPU_EAGER_MODE="strict"))
     summary = "\n".join(line for line in run.stdout.splitlines() if line.startswith(("torchtpu.aot", "  ")))
     assert run.returncode == 0, f"{summary}\n{run.stderr[-3000:]}"
     data = json.loads(report.read_text())
@@ -137,3 +137,21 @@ def test_every_workload_program_compiles_for_tpu(tmp_path):
         # Complex64 programs: the FFT mixer's transforms, forward and backward.
         spectral = {r["op"] for r in results if r["workload"] == "spectral"}
         assert {"aten::_fft_c2c", "aten::_fft_r2c", "aten::abs"} <= spectral, sorted(spectral)
+
+
+@needs_libtpu
+def test_fused_eager_step_programs_compile_for_tpu(tmp_path):
+    """In fused eager mode a training step runs as one program: the GPT's step, and the sharded GPT's as one
+    program partitioned over the 4 chips of a v5e 2x2 slice, compile for it."""
+    report = tmp_path / "aot.json"
+    command = [sys.executable, "-m", "torchtpu.aot", "check", "--workload", "gpt,gpt_spmd", "--topology", "v5e:2x2",
+               "--json", str(report)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200,
+                         env=dict(os.environ, TORCHTPU_NUM_DEVICES="4", TORCHTPU_EAGER_MODE="fused"))
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    results = json.loads(report.read_text())["topologies"]["v5e:2x2"]["results"]
+    fused = [r for r in results if r["op"].startswith("fused trace of ")]
+    rejected = [f"{r['op']} ({r['workload']}): {r['error'][:300]}" for r in fused if not r["accepted"]]
+    assert rejected == [], "\n".join(rejected)
+    steps = {(r["workload"], r["partitions"]) for r in fused if int(r["op"].split()[3]) >= 100}
+    assert {("gpt", 1), ("gpt_spmd", 4)} <= steps, sorted((r["op"], r["workload"], r["partitions"]) for r in fused)
