@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The two commands of README.md:
 #   ./run.sh demo   set everything up, then `torchtpu demo`: a small GPT and a tiny HF Llama on tpu against CPU
-#   ./run.sh test   set everything up, then run the C++ unit tests and the whole Python test suite (the core op
-#                   tests a second time in fused mode)
+#   ./run.sh test   set everything up, then run the C++ unit tests and the whole Python test suite (the core op,
+#                   Hugging Face and kernel tests a second time in fused mode)
 # Setting up is idempotent: a virtual environment in .venv, the pinned dependencies, the extension build.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -27,11 +27,12 @@ case "${1:-}" in
     setup
     (cd build && ctest --output-on-failure)
     .venv/bin/python -m pytest -q tests
-    # The core op tests once more with fused eager mode as the process's mode (docs/modes.md): ops recorded
-    # into traces and run as fused programs must give what strict mode and CPU give.
+    # The core op, Hugging Face and custom-kernel tests once more with fused eager mode as the process's mode
+    # (docs/modes.md): ops recorded into traces and run as fused programs must give what strict mode and CPU give.
     TORCHTPU_EAGER_MODE=fused .venv/bin/python -m pytest -q tests/test_ops.py tests/test_views.py \
       tests/test_overlapping_writes.py tests/test_indexing_ops.py tests/test_reduction_ops.py tests/test_nn_ops.py \
-      tests/test_optimizers.py tests/test_opinfo_subset.py tests/test_fuzz_pointwise.py tests/test_fuzz_training.py
+      tests/test_optimizers.py tests/test_opinfo_subset.py tests/test_fuzz_pointwise.py tests/test_fuzz_training.py \
+      tests/hf tests/kernels
     ;;
   sanitize)
     # The C++ core and its tests (ctest), then the extension under Python tests, with ASan + UBSan
