@@ -373,10 +373,11 @@ def test_racing_threads_compile_a_new_program_once():
     assert all(counters["fallbacks"] == 0 for counters in ops.values()), ops
 
 
-@pytest.mark.parametrize("mode", ["strict", "debug", "compiled"])
+@pytest.mark.parametrize("mode", ["strict", "debug", "fused", "compiled"])
 def test_a_thread_reads_a_tensor_another_updates_in_place(mode):
     """Readers copy a storage's buffer while a writer gives that buffer to its in-place program (donation):
-    each reader sees some value of the race, as on CUDA, never "buffer has been deleted or donated"."""
+    each reader sees some value of the race, as on CUDA, never "buffer has been deleted or donated". In fused
+    mode the readers' ops look at a value the writer's trace keeps pending while that trace runs."""
     steps = 6000
     x = torch.zeros(64, device="tpu")
     increment = torch.compile(lambda t: t.add_(1), backend="tpu") if mode == "compiled" else (lambda t: t.add_(1))
@@ -392,7 +393,7 @@ def test_a_thread_reads_a_tensor_another_updates_in_place(mode):
             if step % 600 == 0:
                 seen[rank].append(doubled.cpu())
 
-    with torchtpu.eager_mode("debug" if mode == "debug" else "strict"):
+    with torchtpu.eager_mode("strict" if mode == "compiled" else mode):
         run_in_threads(work, 3)
     assert x.cpu().eq(steps).all()
     for values in seen.values():

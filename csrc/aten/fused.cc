@@ -357,10 +357,10 @@ TraceSource TraceRecording::storage(const at::Tensor& tensor) {
   Trace& t = *trace_;
   if (handle.pending && handle.pending->trace == t.id) return {handle.pending->op, handle.pending->output};
   // Read before in this trace, and the storage still holds the buffer it read then.
-  const auto still_holds = [&](const runtime::Buffer* buffer) {
+  const auto still_holds = [&](const PendingValue*, const runtime::Buffer* buffer) {
     return buffer != nullptr && buffer == t.externals[static_cast<size_t>(handle.trace_external)].get();
   };
-  if (handle.external_trace == t.id && handle.with_buffer(still_holds)) {
+  if (handle.external_trace == t.id && handle.with_value(still_holds)) {
     return {-1, handle.trace_external};
   }
   ExternalOrigin origin;
@@ -396,13 +396,11 @@ int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources 
 void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims) {
   Trace& t = *trace_;
   StorageHandle& handle = storage_handle(storage);
-  // A trace reading the old buffer holds it as an external.
-  const runtime::BufferPtr old_buffer = handle.take_buffer();
-  runtime::ShardingPtr sharding = handle.pending ? handle.pending->sharding
-                                  : old_buffer ? old_buffer->sharding_ptr() : nullptr;
+  runtime::ShardingPtr sharding = sharding_before_trace(handle);
   // Kept only where the new value has the old buffer's rank (as in strict mode, aten/op_build.cc).
   if (sharding && sharding->tiles().size() != dims.size()) sharding = nullptr;
-  handle.pending = PendingValue{t.id, op, output, dtype, {dims.begin(), dims.end()}, sharding};
+  // The old buffer is dropped here, after the handle's lock; a trace reading it holds it as an external.
+  handle.hold_pending(PendingValue{t.id, op, output, dtype, {dims.begin(), dims.end()}, sharding});
   t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl()),
                         std::move(sharding)});
 }
@@ -620,7 +618,7 @@ void flush_trace(const char* reason) {
 }
 
 void flush_trace_computing(const StorageHandle& handle, const char* reason) {
-  if (!handle.pending) return;  // a buffer: no lock to take
+  if (!handle.is_pending()) return;  // a buffer: no trace lock to take
   const TraceLock lock = lock_trace();
   if (!handle.pending) return;  // computed meanwhile by another thread's flush
   const uint64_t trace_id = handle.pending->trace;

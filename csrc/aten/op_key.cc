@@ -66,20 +66,19 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   for (size_t d = 0; d < strides.size(); ++d) key.add(sizes[d] == 1 ? int64_t{0} : strides[d]);
   // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
   // covers it follows from the words above and below. The buffer's dims are the program parameter's.
-  const StorageHandle& handle = storage_handle(t);
-  if (handle.pending) {  // fused mode: the dims its buffer will have, so one program serves both
-    key.add(static_cast<int64_t>(handle.pending->dtype));
-    key.add_list(handle.pending->dims.data(), handle.pending->dims.size());
-    return;
-  }
-  const bool has_buffer = handle.with_buffer([&](const runtime::Buffer* buffer) {
+  const bool has_value = storage_handle(t).with_value([&](const PendingValue* pending, const runtime::Buffer* buffer) {
+    if (pending) {  // fused mode: the dims its buffer will have, so one program serves both
+      key.add(static_cast<int64_t>(pending->dtype));
+      key.add_list(pending->dims.data(), pending->dims.size());
+      return true;
+    }
     if (buffer == nullptr) return false;
     key.add(static_cast<int64_t>(buffer->dtype()));
     key.add_list(buffer->dims().data(), buffer->dims().size());
     if (const runtime::Sharding* sharding = buffer->sharding()) key.add(sharding->id());  // an SPMD program
     return true;
   });
-  if (!has_buffer) {
+  if (!has_value) {
     const auto [dtype, numel] = storage_layout(t);
     key.add(static_cast<int64_t>(dtype));
     key.add_list(&numel, 1);

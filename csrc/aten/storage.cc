@@ -129,8 +129,9 @@ void StorageHandle::set_buffer(runtime::BufferPtr b) {
   pending.reset();
 }  // the old buffer, now in `b`, is dropped after the lock
 
-runtime::BufferPtr StorageHandle::take_buffer() {
+runtime::BufferPtr StorageHandle::hold_pending(PendingValue value) {
   std::lock_guard<BufferLock> lock(lock_);
+  pending = std::move(value);
   return std::move(buffer_);
 }
 
@@ -163,9 +164,13 @@ void StorageWriteLock::set_buffer(StorageHandle& handle, runtime::BufferPtr b) {
 }
 
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
-  const StorageHandle& handle = storage_handle(tensor);
-  if (handle.pending) return {handle.pending->dtype, c10::multiply_integers(handle.pending->dims)};
-  if (const runtime::BufferPtr buffer = handle.buffer()) return {buffer->dtype(), buffer->numel()};
+  const std::optional<std::pair<DType, int64_t>> held = storage_handle(tensor).with_value(
+      [](const PendingValue* pending, const runtime::Buffer* buffer) -> std::optional<std::pair<DType, int64_t>> {
+        if (pending) return std::make_pair(pending->dtype, c10::multiply_integers(pending->dims));
+        if (buffer) return std::make_pair(buffer->dtype(), buffer->numel());
+        return std::nullopt;
+      });
+  if (held) return *held;
   const size_t nbytes = tensor.storage().nbytes();
   const DType dtype = to_dtype(tensor.scalar_type());
   if (nbytes % element_size(dtype) == 0) return {dtype, static_cast<int64_t>(nbytes / element_size(dtype))};
@@ -173,31 +178,30 @@ std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor) {
 }
 
 runtime::ShardingPtr storage_sharding(const at::Tensor& tensor) {
-  const StorageHandle& handle = storage_handle(tensor);
-  if (handle.pending) return nullptr;
-  const runtime::BufferPtr buffer = handle.buffer();
-  return buffer ? buffer->sharding_ptr() : nullptr;
+  return storage_handle(tensor).with_value([](const PendingValue* pending, const runtime::Buffer* buffer) {
+    return pending || !buffer ? nullptr : buffer->sharding_ptr();
+  });
 }
 
-runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
-  const StorageHandle& handle = storage_handle(tensor);
-  if (handle.pending) return handle.pending->sharding;
-  const runtime::BufferPtr buffer = handle.buffer();
-  return buffer ? buffer->sharding_ptr() : nullptr;
+runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle) {
+  return handle.with_value([](const PendingValue* pending, const runtime::Buffer* buffer) {
+    return pending ? pending->sharding : buffer ? buffer->sharding_ptr() : nullptr;
+  });
 }
 
 std::vector<int64_t> storage_dims(const at::Tensor& tensor) {
-  const StorageHandle& handle = storage_handle(tensor);
-  if (handle.pending) return {handle.pending->dims.begin(), handle.pending->dims.end()};
-  if (const runtime::BufferPtr buffer = handle.buffer()) return buffer->dims();
-  return {storage_layout(tensor).second};
+  std::optional<std::vector<int64_t>> held = storage_handle(tensor).with_value(
+      [](const PendingValue* pending, const runtime::Buffer* buffer) -> std::optional<std::vector<int64_t>> {
+        if (pending) return std::vector<int64_t>(pending->dims.begin(), pending->dims.end());
+        if (buffer) return buffer->dims();
+        return std::nullopt;
+      });
+  return held ? std::move(*held) : std::vector<int64_t>{storage_layout(tensor).second};
 }
 
 runtime::BufferPtr storage_buffer(const at::Tensor& tensor) {
   StorageHandle& handle = storage_handle(tensor);
-  if (!handle.pending) {
-    if (runtime::BufferPtr buffer = handle.buffer()) return buffer;  // the common case, with no lock
-  }
+  if (runtime::BufferPtr buffer = handle.buffer()) return buffer;  // the common case, without the trace lock
   // Pending, or never written. Under the trace lock no thread records, so another thread's recording cannot
   // make the storage pending again between the flush and the read (or while its buffer changes hands).
   const TraceLock lock = lock_trace();

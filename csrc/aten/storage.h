@@ -53,7 +53,9 @@ struct StorageHandle {
   explicit StorageHandle(int device) : device(device) {}
 
   int device = 0;
-  std::optional<PendingValue> pending;  // fused mode: the storage's value is not computed yet
+  // Fused mode: the storage's value is not computed yet (and it holds no buffer). Changed only under both the
+  // trace lock (aten/fused.h) and the handle's lock; read under either (with_value without the trace lock).
+  std::optional<PendingValue> pending;
   // Fused mode: the trace being recorded reads the buffer as its external `trace_external` (while
   // `external_trace` is that trace's id), so a storage read again in one trace skips the trace's lookups.
   uint64_t external_trace = 0;
@@ -62,18 +64,22 @@ struct StorageHandle {
   // The buffer, null until first written (reads see zeros). A thread may read a storage while another
   // rewrites it, as on CUDA, so the pointer is copied and replaced only under the handle's lock.
   runtime::BufferPtr buffer() const;
-  // `read(buffer or null)` under the lock, for a look at the buffer without taking a reference (op keys,
-  // fused recording).
+  // `read(pending value or null, buffer or null)` under the lock, for a look at the storage's value without
+  // taking a reference (op keys, storage shapes, fused recording).
   template <class Read>
-  auto with_buffer(const Read& read) const {
+  auto with_value(const Read& read) const {
     std::lock_guard<BufferLock> lock(lock_);
-    return read(buffer_.get());
+    return read(pending ? &*pending : nullptr, buffer_.get());
+  }
+  bool is_pending() const {
+    return with_value([](const PendingValue* value, const runtime::Buffer*) { return value != nullptr; });
   }
   // A new buffer (an upload, a program result): the storage holds it now, not a pending value. The old one
   // is released after the lock (dropping a buffer may wait for the device).
   void set_buffer(runtime::BufferPtr b);
-  // Takes the buffer out (fused mode: the storage is about to hold a pending value).
-  runtime::BufferPtr take_buffer();
+  // Fused mode, under the trace lock: the storage's value becomes `value`, still to be computed. Returns the
+  // buffer it held.
+  runtime::BufferPtr hold_pending(PendingValue value);
   // The buffer; a storage never written gets `make_zeros()` first (once, however many threads ask).
   runtime::BufferPtr buffer_or_init(const std::function<runtime::BufferPtr()>& make_zeros);
 
@@ -120,7 +126,7 @@ runtime::BufferPtr storage_buffer(const at::Tensor& tensor);
 // pending value).
 runtime::ShardingPtr storage_sharding(const at::Tensor& tensor);
 // The sharding of the storage's buffer, or, for a pending value, of the buffer it had before the trace.
-runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor);
+runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle);
 // Element type and element count of the storage's buffer as it would be read (see storage_buffer).
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);
 // The dims of the storage's buffer: a program result keeps its tensor's shape (dims in memory order when it
