@@ -1,8 +1,8 @@
 """Eager modes on the loops users run: the GPT training step (`workloads.py`: 2 layers, d 128, AdamW,
-clipping; the loss read every step, and every 10 steps as a loop that logs now and then does) and the tiny
-MLP step (AdamW + cosine schedule), strict vs fused on tpu vs CPU torch, alternating in rounds in one
-process. Also a 100-step run per mode counting compiles and cache hits after warm-up, and the cost of one
-tiny op. Writes results/bench_modes.{json,png}.
+clipping; the loss read every step, and every 10 steps as a loop that logs now and then does), the tiny
+MLP step (AdamW + cosine schedule) and HF Llama greedy `generate` of 32 tokens (later calls), strict vs
+fused on tpu vs CPU torch, alternating in rounds in one process. Also a 100-step run per mode counting
+compiles and cache hits after warm-up, and the cost of one tiny op. Writes results/bench_modes.{json,png}.
 
     .venv/bin/python bench/bench_modes.py [--rounds 5]
 """
@@ -17,13 +17,13 @@ import torch
 
 import report
 import torchtpu
-from workloads import make_gpt_adamw_step, make_mlp_adamw_cosine_step
+from workloads import make_gpt_adamw_step, make_llama_generate, make_mlp_adamw_cosine_step
 
 MODES = ("strict", "fused")
 
 
 def timed(step, mode, n, read_every=1):
-    """Seconds per step, the loss read every `read_every` steps, as a loop that logs does. Each sample ends
+    """Seconds per step, its result read every `read_every` steps, as a loop that logs does. Each sample ends
     when the device has finished: reading the loss waits only for the forward pass, and a backward pass and
     optimizer step still running on tpu would take the cores from the CPU torch round that follows."""
     samples = []
@@ -32,7 +32,7 @@ def timed(step, mode, n, read_every=1):
         with torchtpu.eager_mode(mode if mode != "cpu" else torchtpu.current_eager_mode()):
             for _ in range(read_every - 1):
                 step()
-            step().item()
+            step().cpu()
             if mode != "cpu":
                 torch.tpu.synchronize()
         samples.append((time.perf_counter() - start) / read_every)
@@ -87,9 +87,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     results = {}
-    for name, make, reps, read_every in (("gpt AdamW+clip step", make_gpt_adamw_step, 4, 1),
-                                         ("gpt step, loss read every 10", make_gpt_adamw_step, 1, 10),
-                                         ("mlp AdamW+cosine step", make_mlp_adamw_cosine_step, 40, 1)):
+    loops = (("gpt AdamW+clip step", make_gpt_adamw_step, 4, 1),
+             ("gpt step, loss read every 10", make_gpt_adamw_step, 1, 10),
+             ("mlp AdamW+cosine step", make_mlp_adamw_cosine_step, 40, 1),
+             ("llama generate 32 tokens", make_llama_generate(32), 1, 1))
+    for name, make, reps, read_every in loops:
         print(f"{name}: {args.rounds} rounds of {reps * read_every} steps per mode ...", flush=True)
         steps = {m: make(torch.device("tpu")) for m in MODES}
         steps["cpu"] = make(torch.device("cpu"))
@@ -101,7 +103,7 @@ def main() -> None:
                 samples[m] += timed(steps[m], m, reps, read_every)
         medians = {m: statistics.median(v) * 1e6 for m, v in samples.items()}
         results[name] = {"median_us": medians}
-        if read_every == 1:
+        if "step" in name and read_every == 1:
             results[name].update({f"{m} 100 steps": hundred_steps(make, m) for m in MODES})
     tiny = {m: [] for m in ("cpu", "strict", "fused")}
     for _ in range(args.rounds):
@@ -111,8 +113,7 @@ def main() -> None:
     load = pathlib.Path("/proc/loadavg").read_text().split()[0]
     print(f"\n{'benchmark':28} {'cpu (µs)':>10} {'strict (µs)':>12} {'fused (µs)':>11} {'fused/strict':>13} "
           f"{'fused/cpu':>10}")
-    loops = ("gpt AdamW+clip step", "gpt step, loss read every 10", "mlp AdamW+cosine step")
-    for name in loops:
+    for name, *_ in loops:
         m = results[name]["median_us"]
         print(f"{name:28} {m['cpu']:10.0f} {m['strict']:12.0f} {m['fused']:11.0f} {m['fused'] / m['strict']:12.2f}x "
               f"{m['fused'] / m['cpu']:9.2f}x")
@@ -126,7 +127,7 @@ def main() -> None:
         (name, "ms per step (median)", {"cpu torch": results[name]["median_us"]["cpu"] / 1e3,
                                         "tpu strict": results[name]["median_us"]["strict"] / 1e3,
                                         "tpu fused": results[name]["median_us"]["fused"] / 1e3})
-        for name in loops])
+        for name, *_ in loops])
 
 if __name__ == "__main__":
     main()
