@@ -44,7 +44,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::capture(uint64_t trace, const std:
                                                       const std::vector<at::Tensor>& outputs, std::string& why_not) {
   // How each input was sharded before the trace ran: the program was partitioned for that.
   std::vector<runtime::ShardingPtr> input_shardings;
-  for (const at::Tensor& input : inputs) input_shardings.push_back(sharding_before_trace(storage_handle(input)));
+  for (const at::Tensor& input : inputs) input_shardings.push_back(sharding_before_trace(input));
   std::optional<FlushedTrace> flushed = end_capture(trace);
   if (!flushed) {
     why_not = "it did not run as one trace (a host read or an op on the CPU fallback in the middle, or no tpu op)";
@@ -168,7 +168,7 @@ bool CompiledGraph::fits(const std::vector<at::Tensor>& inputs) const {
   }
   if (storage_groups(inputs) != input_group_) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const runtime::ShardingPtr now = sharding_before_trace(storage_handle(inputs[i]));
+    const runtime::ShardingPtr now = sharding_before_trace(inputs[i]);
     if ((now == nullptr) != (input_shardings_[i] == nullptr) || (now && !(*now == *input_shardings_[i]))) return false;
   }
   for (const Parameter& param : parameters_) {

@@ -396,13 +396,11 @@ int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources 
 void TraceRecording::bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims) {
   Trace& t = *trace_;
   StorageHandle& handle = storage_handle(storage);
-  runtime::ShardingPtr sharding = sharding_before_trace(handle);
-  // Kept only where the new value has the old buffer's rank (as in strict mode, aten/op_build.cc).
-  if (sharding && sharding->tiles().size() != dims.size()) sharding = nullptr;
   // The old buffer is dropped here, after the handle's lock; a trace reading it holds it as an external.
-  handle.hold_pending(PendingValue{t.id, op, output, dtype, {dims.begin(), dims.end()}, sharding});
+  handle.hold_pending(PendingValue{t.id, op, output, dtype, {dims.begin(), dims.end()}, nullptr});
+  // Read without the handle's lock: the pending value changes only under the trace lock, which this holds.
   t.bindings.push_back({op, output, c10::weak_intrusive_ptr<c10::StorageImpl>(storage.getWeakStorageImpl()),
-                        std::move(sharding)});
+                        handle.pending->sharding});
 }
 
 namespace {

@@ -131,6 +131,8 @@ void StorageHandle::set_buffer(runtime::BufferPtr b) {
 
 runtime::BufferPtr StorageHandle::hold_pending(PendingValue value) {
   std::lock_guard<BufferLock> lock(lock_);
+  runtime::ShardingPtr before = pending ? pending->sharding : buffer_ ? buffer_->sharding_ptr() : nullptr;
+  if (before && before->tiles().size() == value.dims.size()) value.sharding = std::move(before);
   pending = std::move(value);
   return std::move(buffer_);
 }
@@ -183,8 +185,8 @@ runtime::ShardingPtr storage_sharding(const at::Tensor& tensor) {
   });
 }
 
-runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle) {
-  return handle.with_value([](const PendingValue* pending, const runtime::Buffer* buffer) {
+runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
+  return storage_handle(tensor).with_value([](const PendingValue* pending, const runtime::Buffer* buffer) {
     return pending ? pending->sharding : buffer ? buffer->sharding_ptr() : nullptr;
   });
 }

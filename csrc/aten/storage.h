@@ -77,8 +77,9 @@ struct StorageHandle {
   // A new buffer (an upload, a program result): the storage holds it now, not a pending value. The old one
   // is released after the lock (dropping a buffer may wait for the device).
   void set_buffer(runtime::BufferPtr b);
-  // Fused mode, under the trace lock: the storage's value becomes `value`, still to be computed. Returns the
-  // buffer it held.
+  // Fused mode, under the trace lock: the storage's value becomes `value`, still to be computed. `value` keeps
+  // the sharding the storage had (its buffer's, or its pending value's) where that has `value.dims`' rank, as a
+  // write into a sharded storage does in strict mode (aten/op_build.cc). Returns the buffer it held.
   runtime::BufferPtr hold_pending(PendingValue value);
   // The buffer; a storage never written gets `make_zeros()` first (once, however many threads ask).
   runtime::BufferPtr buffer_or_init(const std::function<runtime::BufferPtr()>& make_zeros);
@@ -126,7 +127,7 @@ runtime::BufferPtr storage_buffer(const at::Tensor& tensor);
 // pending value).
 runtime::ShardingPtr storage_sharding(const at::Tensor& tensor);
 // The sharding of the storage's buffer, or, for a pending value, of the buffer it had before the trace.
-runtime::ShardingPtr sharding_before_trace(const StorageHandle& handle);
+runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor);
 // Element type and element count of the storage's buffer as it would be read (see storage_buffer).
 std::pair<DType, int64_t> storage_layout(const at::Tensor& tensor);
 // The dims of the storage's buffer: a program result keeps its tensor's shape (dims in memory order when it
