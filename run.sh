@@ -29,7 +29,8 @@ case "${1:-}" in
     .venv/bin/python -m pytest -q tests
     # The core op, Hugging Face and custom-kernel tests once more with fused eager mode as the process's mode
     # (docs/modes.md): ops recorded into traces and run as fused programs must give what strict mode and CPU give.
-    TORCHTPU_EAGER_MODE=fused .venv/bin/python -m pytest -q tests/test_ops.py tests/test_views.py \
+    # TORCHTPU_FUSE_AFTER=1 compiles every trace at its first sight, so one-off tests run fused programs too.
+    TORCHTPU_EAGER_MODE=fused TORCHTPU_FUSE_AFTER=1 .venv/bin/python -m pytest -q tests/test_ops.py tests/test_views.py \
       tests/test_overlapping_writes.py tests/test_indexing_ops.py tests/test_reduction_ops.py tests/test_nn_ops.py \
       tests/test_optimizers.py tests/test_opinfo_subset.py tests/test_fuzz_pointwise.py tests/test_fuzz_training.py \
       tests/hf tests/kernels

@@ -107,6 +107,29 @@ def test_device_counts_do_not_share_entries(filled, tmp_path):
     assert two["hits"] == 0 and two["result"] == filled[1]["result"]
 
 
+def test_a_fused_program_on_disk_runs_at_the_first_sight_of_its_trace(tmp_path):
+    """A new trace shape runs op by op until it repeats (docs/modes.md), unless an earlier process compiled
+    its program: then the program is loaded and runs at once."""
+    script = """
+        import json, os, torch, torchtpu
+        torchtpu.eager_mode("fused")
+        x = torch.arange(12.0).reshape(3, 4).to("tpu")
+        for _ in range(int(os.environ["ROUNDS"])):
+            y = (torch.softmax(x * 0.5, dim=1) @ x.t()).sum(0).cpu()
+        f = torchtpu.metrics()["fused"]
+        print(json.dumps([y.tolist(), f["compiles"], f["op_by_op_runs"], torchtpu.cache.stats()["hits"]]))
+        """
+    figures = []
+    for rounds in ("2", "1"):
+        done = run_python(script, TORCHTPU_CACHE_DIR=str(tmp_path), ROUNDS=rounds)
+        assert done.returncode == 0, done.stderr
+        figures.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    (cold_y, cold_compiles, cold_op_by_op, _), (warm_y, warm_compiles, warm_op_by_op, warm_hits) = figures
+    assert (cold_compiles, cold_op_by_op) == (1, 1)  # op by op, then compiled at the second sight
+    assert (warm_compiles, warm_op_by_op) == (1, 0) and warm_hits > 0  # loaded at the first
+    assert warm_y == cold_y
+
+
 def test_opt_out(tmp_path):
     off, _ = run(tmp_path, TORCHTPU_DISK_CACHE="0")
     assert off["writes"] == 0 and entries(tmp_path) == []

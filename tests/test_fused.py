@@ -97,8 +97,11 @@ def test_a_training_loop_matches_strict_and_reaches_one_program_per_step(metrics
     assert_close(torch.tensor(fused_losses), torch.tensor(strict_losses), rtol=1e-5, atol=1e-6)
     for f, s in zip(fused_params, strict_params):
         assert_close(f, s, rtol=1e-5, atol=1e-6)
-    # After warm-up: one fused program per step (flushed by the optimizer step), none compiled.
-    for fused_compiles, programs_run, op_compiles in per_step[2:]:
+    # Steps 1 and 2 are new trace shapes (the optimizer's state starts at step 1) and run op by op; the
+    # step's program compiles when its shape comes again (TORCHTPU_FUSE_AFTER=2), then one fused program
+    # runs per step (flushed by the optimizer step) and nothing compiles.
+    assert [fused_compiles for fused_compiles, _, _ in per_step[:3]] == [0, 0, 1], per_step
+    for fused_compiles, programs_run, op_compiles in per_step[3:]:
         assert (fused_compiles, programs_run, op_compiles) == (0, 1, 0), per_step
     assert fused()["flushes"].get("optimizer step", 0) >= 6
 
@@ -113,23 +116,33 @@ def test_scalars_that_happen_to_be_equal_keep_the_program(metrics):
             scale = high + 1  # never 1, add's default (compiled in, a program of its own)
             got = torch.add(t.clamp(min=low, max=high), t, alpha=scale).sum().item()
             assert got == pytest.approx(torch.add(x.clamp(min=low, max=high), x, alpha=scale).sum().item(), rel=1e-5)
-            if step == 0:
+            if step == 1:  # the step's shape compiles at its second sighting
                 compiled = metrics()["fused"]["compiles"]
     assert metrics()["fused"]["compiles"] == compiled
 
 
-def test_peak_memory_does_not_hold_dead_intermediates():
-    # A chain of temporaries: only the last value is live at the flush, so only it is a program result.
-    with torchtpu.eager_mode("fused"):
-        x = torch.ones(256, 256, device="tpu")
+@pytest.mark.parametrize("sighting", ["first (op by op)", "second (compiled)"])
+def test_peak_memory_does_not_hold_dead_intermediates(sighting):
+    # A chain of temporaries: only the last value is live at the flush, so only it is a program result; run
+    # op by op, each temporary goes as soon as the next op has read it.
+    rows = 256 if sighting.startswith("first") else 255  # a shape no other test has run
+
+    def chain():
+        x = torch.ones(rows, 256, device="tpu")
+        torch.tpu.reset_peak_memory_stats()  # runs the ones first
+        base, compiles = torch.tpu.memory_allocated(), fused()["compiles"]
         for _ in range(20):
             x = x * 1.01 + 0.5
-        torch.tpu.reset_peak_memory_stats()
-        base = torch.tpu.memory_allocated()
         torch.tpu.synchronize()
-        grown = torch.tpu.max_memory_allocated() - base
-    assert grown <= 2 * 256 * 256 * 4  # the result (and at most one more buffer), not 20 of them
-    expected = torch.ones(256, 256)
+        return x, torch.tpu.max_memory_allocated() - base, fused()["compiles"] - compiles
+
+    with torchtpu.eager_mode("fused"):
+        x, grown, compiled = chain()
+        if sighting.startswith("second"):
+            x, grown, compiled = chain()
+        assert compiled == (1 if sighting.startswith("second") else 0)
+    assert grown <= 2 * rows * 256 * 4  # the result (and at most one more buffer), not 20 of them
+    expected = torch.ones(rows, 256)
     for _ in range(20):
         expected = expected * 1.01 + 0.5
     assert_close(x.cpu(), expected)
@@ -139,17 +152,35 @@ def test_in_place_updates_donate_their_buffer_in_fused_mode(metrics):
     x = torch.zeros(1 << 20, device="tpu")  # 4 MiB
     torch.tpu.synchronize()
     live = torch.tpu.memory_allocated()
-    torch.tpu.reset_peak_memory_stats()
-    runs = fused()["programs_run"]  # the zeros ran as a program when the environment's mode is fused
     with torchtpu.eager_mode("fused"):
-        for _ in range(5):
-            x.add_(1.0)
-            x.mul_(2.0)
-        torch.tpu.synchronize()
-    # One program updates x; its old buffer becomes the result, so no second 4 MiB is ever live.
-    assert torch.tpu.max_memory_allocated() - live < (1 << 20)
-    assert fused()["programs_run"] - runs == 1
-    assert_close(x[:3].cpu(), torch.full((3,), 62.0))
+        for sighting in (1, 2):  # op by op, then compiled: each op, then the program, takes x's buffer over
+            torch.tpu.reset_peak_memory_stats()
+            runs, compiles = fused()["programs_run"], fused()["compiles"]
+            for _ in range(5):
+                x.add_(1.0)
+                x.mul_(2.0)
+            torch.tpu.synchronize()
+            # x's old buffer becomes the result, so no second 4 MiB is ever live.
+            assert torch.tpu.max_memory_allocated() - live < (1 << 20), sighting
+            assert (fused()["programs_run"] - runs, fused()["compiles"] - compiles) == (1, sighting - 1)
+    assert_close(x[:3].cpu(), torch.full((3,), 62.0 * 32 + 62.0))
+
+
+def test_a_new_trace_shape_runs_op_by_op_until_it_repeats(metrics):
+    """One-off work (a notebook cell, a test) pays no fused compile: a trace shape seen for the first time runs
+    its ops' programs, which recording compiled already, and its fused program compiles at the second sight
+    (TORCHTPU_FUSE_AFTER=2). Every sighting gives CPU's values."""
+    x_cpu = torch.randn(8, 16)
+    x = x_cpu.to("tpu")
+    seen = []
+    with torchtpu.eager_mode("fused"):
+        for n in (4, 4, 4, 6, 6):  # two shapes
+            y = torch.softmax(x[:n] * 2, dim=1).sum(0)
+            x.mul_(1.0)
+            assert_close(y.cpu(), torch.softmax(x_cpu[:n] * 2, dim=1).sum(0))
+            seen.append((fused()["op_by_op_runs"], fused()["compiles"]))
+    assert [(a - seen[0][0], c - seen[0][1]) for a, c in seen] == [(0, 0), (0, 1), (0, 1), (1, 1), (1, 2)], seen
+    assert_close(x.cpu(), x_cpu)
 
 
 def test_memory_figures_count_the_tensors_recorded_so_far(metrics):

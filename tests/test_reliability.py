@@ -80,19 +80,24 @@ def test_memory_limit_refuses_before_running_and_names_the_figures():
 
 def test_an_allocation_failing_in_a_fused_program_is_out_of_memory_and_keeps_earlier_values():
     """Fused mode raises at the flush. The ops then run one by one, so the values recorded before the failing
-    op are kept and the error names that op, as strict mode's would."""
+    op are kept and the error names that op, as strict mode's would. The trace's first sight runs op by op
+    anyway; its second compiles the fused program, whose launch fails."""
+    fused = lambda: torchtpu.metrics()["fused"]
     with torchtpu.eager_mode("fused"):
-        survivor = torch.arange(6.0, device="tpu")
-        survivor.sum().item()
-        earlier = survivor * 3  # recorded before the failing op, flushed with it
-        with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4.00 TiB.*\(in aten::zero_\)"):
-            big = torch.zeros(2**40, device="tpu")  # live at the flush: the fused program must make it
-            big[:2].cpu()
-        torch.testing.assert_close(earlier.cpu(), torch.arange(6.0) * 3)
-        with pytest.raises(RuntimeError, match="the value of this tpu tensor was lost"):
-            big[:2].cpu()
-        del big
-        torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
+        for sighting in (1, 2):
+            survivor = torch.arange(6.0, device="tpu")
+            survivor.sum().item()
+            compiles, op_by_op = fused()["compiles"], fused()["op_by_op_runs"]
+            earlier = survivor * 3  # recorded before the failing op, flushed with it
+            with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4.00 TiB.*\(in aten::zero_\)"):
+                big = torch.zeros(2**40, device="tpu")  # live at the flush: the fused program must make it
+                big[:2].cpu()
+            assert (fused()["compiles"] - compiles, fused()["op_by_op_runs"] - op_by_op) == (sighting - 1, 2 - sighting)
+            torch.testing.assert_close(earlier.cpu(), torch.arange(6.0) * 3)
+            with pytest.raises(RuntimeError, match="the value of this tpu tensor was lost"):
+                big[:2].cpu()
+            del big
+            torch.testing.assert_close((survivor * 2).cpu(), torch.arange(6.0) * 2)
 
 
 def test_memory_figures_are_real():
@@ -408,7 +413,8 @@ def test_a_thread_reads_a_tensor_another_updates_in_place(mode):
 # process started in the background by a non-interactive shell (CI, `cmd &`) inherits SIGINT ignored.
 DEFAULT_SIGINT = "signal.signal(signal.SIGINT, signal.default_int_handler)"
 
-# Fused mode records about 1200 ops, then .item() compiles them as one program, which takes seconds.
+# Fused mode records about 1200 ops, then .item() compiles them as one program, which takes seconds (at the
+# trace's first sight: TORCHTPU_FUSE_AFTER=1).
 LONG_COMPILE = f"""
     import signal, time, torch, torchtpu
     {DEFAULT_SIGINT}
@@ -431,7 +437,7 @@ LONG_COMPILE = f"""
 def test_ctrl_c_during_a_long_compile_raises_keyboard_interrupt_and_the_process_goes_on():
     # The compile cannot be cut short (it runs in the plugin, without the GIL); the interrupt is raised
     # when the op returns, and the program it compiled is kept.
-    child = start_python(LONG_COMPILE, TORCHTPU_DISK_CACHE="0")
+    child = start_python(LONG_COMPILE, TORCHTPU_DISK_CACHE="0", TORCHTPU_FUSE_AFTER="1")
     try:
         line = child.stdout.readline()
         if line.strip() == "compiling":

@@ -342,6 +342,7 @@ def test_compiles_make_room_under_the_memory_map_cap():
         """,
         TORCHTPU_MAX_MAP_COUNT="6000",
         TORCHTPU_RECOMPILE_WARNING="0",
+        TORCHTPU_FUSE_AFTER="1",  # every new shape compiles its fused program
     )
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout

@@ -91,6 +91,18 @@ bool op_by_op_requested() {
   return requested;
 }
 
+// A trace shape runs op by op (its ops' programs are compiled already) until it has been seen this many
+// times, then as one compiled program: one-off work (a notebook cell, a test, a first step whose optimizer
+// state is new) pays no fused compile, and a loop compiles its step once it repeats. A program on disk
+// is used at first sight. TORCHTPU_FUSE_AFTER=1 compiles every trace at first sight.
+int fuse_after() {
+  static const int sightings = [] {
+    const char* env = std::getenv("TORCHTPU_FUSE_AFTER");
+    return env != nullptr && *env != '\0' ? std::max(1, std::atoi(env)) : 2;
+  }();
+  return sightings;
+}
+
 // More ops than this in one trace flush it: compile time grows with the program.
 constexpr size_t kMaxTraceOps = 2000;
 
@@ -122,7 +134,7 @@ uint64_t next_trace_id() {
 cache::ProgramCache<FusedProgram>& fused_programs() { return cache::process_program_cache<FusedProgram>(); }
 
 struct Counters {
-  std::atomic<int64_t> ops_recorded{0}, programs_run{0}, compiles{0};
+  std::atomic<int64_t> ops_recorded{0}, programs_run{0}, compiles{0}, op_by_op_runs{0};
   std::mutex flush_mutex;
   std::map<std::string, int64_t> flushes;
 };
@@ -423,34 +435,58 @@ std::vector<runtime::BufferPtr> run_fused(const Trace& trace, const TraceParamet
 // Makes a live result of a trace the value of its storage (the device's value-check state is bound as such).
 using BindResult = std::function<void(size_t live_index, runtime::BufferPtr buffer)>;
 
-// The trace's ops one program each, in order (no donation: an external may feed later ops); binds each live
-// result as soon as its op has run, so that when an op fails, the values of the ops before it are kept.
-// Raises the failing op's error as the op itself would in strict mode.
-void run_op_by_op(const Trace& trace, const std::vector<const Binding*>& live, const BindResult& bind) {
+// The trace's ops one program each, in order; binds each live result as soon as its op has run, so that when
+// an op fails, the values of the ops before it are kept. Raises the failing op's error as the op itself would
+// in strict mode. A buffer goes as soon as no later op reads it, and an op takes over (donates) a buffer it
+// reads last that nothing else holds, so memory peaks as in strict mode; `keep_externals` (a compiled graph's
+// capture, which replays them) keeps the trace's inputs.
+void run_op_by_op(Trace& trace, const std::vector<const Binding*>& live, const BindResult& bind,
+                  bool keep_externals) {
   std::vector<std::vector<size_t>> live_of_op(trace.ops.size());
   for (size_t i = 0; i < live.size(); ++i) live_of_op[static_cast<size_t>(live[i]->op)].push_back(i);
   std::vector<std::vector<runtime::BufferPtr>> results(trace.ops.size());
+  auto buffer_of = [&](const TraceSource& s) -> runtime::BufferPtr& {
+    return s.op < 0 ? trace.externals[static_cast<size_t>(s.index)]
+                    : results[static_cast<size_t>(s.op)][static_cast<size_t>(s.index)];
+  };
+  auto source_id = [](const TraceSource& s) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(s.op)) << 32) | static_cast<uint32_t>(s.index);
+  };
+  std::unordered_map<uint64_t, size_t> last_reader;
+  for (size_t k = 0; k < trace.ops.size(); ++k) {
+    for (const TraceSource& s : trace.ops[k].sources) last_reader[source_id(s)] = k;
+  }
+  // Whether the op at `k` is the last to read `s` and may let its buffer go.
+  auto releases = [&](const TraceSource& s, size_t k) {
+    return (s.op >= 0 || !keep_externals) && last_reader.at(source_id(s)) == k;
+  };
   for (size_t k = 0; k < trace.ops.size(); ++k) {
     const TraceOp& op = trace.ops[k];
     std::vector<const runtime::Buffer*> raw;
     for (const TraceSource& s : op.sources) {
-      if (s.op < 0) {
-        raw.push_back(trace.externals[static_cast<size_t>(s.index)].get());
-        continue;
-      }
+      runtime::BufferPtr& input = buffer_of(s);
       // An op's program was built reading its in-trace inputs whole on one device (a pending value has no
       // sharding yet); a partitioned op's result is gathered for the ops after it.
-      runtime::BufferPtr& input = results[static_cast<size_t>(s.op)][static_cast<size_t>(s.index)];
-      if (input->sharding() != nullptr) input = runtime::gather_to_device(*input, trace.device);
+      if (s.op >= 0 && input->sharding() != nullptr) input = runtime::gather_to_device(*input, trace.device);
       raw.push_back(input.get());
     }
     const runtime::Executable& executable = *op.signature->executable;
+    std::vector<int64_t> kept;
+    for (int64_t p : executable.aliased_inputs()) {
+      const TraceSource& s = op.sources[static_cast<size_t>(p)];
+      bool donate = releases(s, k) && buffer_of(s).use_count() == 1;
+      for (size_t q = 0; donate && q < raw.size(); ++q) donate = static_cast<int64_t>(q) == p || raw[q] != raw[p];
+      if (!donate) kept.push_back(p);
+    }
     try {
-      results[k] = eager::execute(executable, trace.device, raw, executable.aliased_inputs());
+      results[k] = eager::execute(executable, trace.device, raw, kept);
     } catch (const runtime::PjrtError& e) {
       throw_device_error(executable.name(), e);
     }
     for (size_t i : live_of_op[k]) bind(i, results[k][static_cast<size_t>(live[i]->output)]);
+    for (const TraceSource& s : op.sources) {
+      if (releases(s, k)) buffer_of(s).reset();
+    }
   }
 }
 
@@ -479,6 +515,9 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
   }
   const TraceParameters parameters = trace_parameters(trace, capture, key);
   std::shared_ptr<FusedProgram> program = fused_programs().find(key);
+  const bool new_shape = program == nullptr;
+  // A shape seen before, now seen often enough: its program compiles (and replaces the entry) below.
+  if (program && program->sightings > 0 && ++program->sightings >= fuse_after()) program = nullptr;
   std::string text;
   std::vector<std::pair<int, int>> donations;
   std::vector<runtime::ArrayType> result_types;
@@ -498,23 +537,34 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
     text = compose(trace, parameters, live, donations, result_types, shardings);
   }
   if (!program) {
-    aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text, partitioning.num_partitions);
     program = std::make_shared<FusedProgram>();
     for (const auto& donation : donations) program->aliased_externals.push_back(donation.first);
-    try {
-      if (!op_by_op_requested()) {
-        program->executable =
-            cache::load_or_compile(text, std::move(result_types), program->aliased_externals, partitioning);
-        program->executable->set_name("fused program of " + std::to_string(trace.ops.size()) + " ops");
+    // A new shape waits for its next sighting (fuse_after), except a compiled graph's capture, which is there
+    // to be compiled, and a partitioned trace, whose sharded results its op programs cannot give.
+    const bool wait = new_shape && !capture && fuse_after() > 1 && partitioning.num_partitions <= 1;
+    if (wait) program->executable = cache::load_cached(text, result_types, program->aliased_externals, partitioning);
+    if (wait && !program->executable) {
+      program->sightings = 1;
+    } else {
+      aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text, partitioning.num_partitions);
+      try {
+        if (!program->executable && !op_by_op_requested()) {
+          program->executable =
+              cache::load_or_compile(text, std::move(result_types), program->aliased_externals, partitioning);
+        }
+      } catch (const runtime::PjrtError& e) {
+        // Every op program compiled on its own, so the trace can still run op by op; remembered per key.
+        TORCH_WARN_ONCE("torchtpu: a fused program did not compile (", e.what(),
+                        "); such traces run op by op instead");
       }
-    } catch (const runtime::PjrtError& e) {
-      // Every op program compiled on its own, so the trace can still run op by op; remembered per key.
-      TORCH_WARN_ONCE("torchtpu: a fused program did not compile (", e.what(),
-                      "); such traces run op by op instead");
+      counters().compiles++;
+    }
+    if (program->executable) {
+      program->executable->set_name("fused program of " + std::to_string(trace.ops.size()) + " ops");
+    } else {
       program->aliased_externals.clear();
     }
     fused_programs().insert(key, program);
-    counters().compiles++;
   }
   CheckState* checks = updated_check_state(trace);
   const BindResult bind = [&](size_t i, runtime::BufferPtr buffer) {
@@ -526,7 +576,8 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
   };
   counters().programs_run++;
   if (!program->executable) {
-    run_op_by_op(trace, live, bind);
+    counters().op_by_op_runs++;
+    run_op_by_op(trace, live, bind, capture);
   } else {
     std::vector<runtime::BufferPtr> outputs;
     try {
@@ -536,7 +587,7 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
       // before the failing one keep their values and the failing op raises its own error, as in strict mode;
       // if every op runs (one at a time they may fit), the flush has succeeded after all.
       const std::string fused_error = e.what();
-      run_op_by_op(trace, live, bind);
+      run_op_by_op(trace, live, bind, capture);
       TORCH_WARN("torchtpu: a fused program of ", trace.ops.size(), " ops failed to run (", fused_error,
                  "); its ops ran one by one instead");
     }
@@ -689,6 +740,7 @@ FusedStats fused_stats() {
   s.ops_recorded = counters().ops_recorded;
   s.programs_run = counters().programs_run;
   s.compiles = counters().compiles;
+  s.op_by_op_runs = counters().op_by_op_runs;
   std::lock_guard<std::mutex> lock(counters().flush_mutex);
   for (const auto& [reason, n] : counters().flushes) s.flushes.emplace_back(reason, n);
   return s;
@@ -698,6 +750,7 @@ void reset_fused_stats() {
   counters().ops_recorded = 0;
   counters().programs_run = 0;
   counters().compiles = 0;
+  counters().op_by_op_runs = 0;
   std::lock_guard<std::mutex> lock(counters().flush_mutex);
   counters().flushes.clear();
 }

@@ -1,5 +1,7 @@
 // Fused eager mode: ops are recorded into a trace instead of running; a flush composes the recorded op
-// programs into one program, compiles it once per trace shape and runs it.
+// programs into one program, compiles it once per trace shape and runs it. A shape seen for the first time
+// runs op by op instead (its op programs are compiled already) and compiles when it comes again
+// (TORCHTPU_FUSE_AFTER), so one-off work pays no fused compile.
 //
 // Each recorded op keeps its own cached program (OpSignature) and a source for every parameter: an
 // external buffer (a storage already computed, a scalar operand) or a result of an earlier recorded op.
@@ -122,6 +124,9 @@ void flush_every_trace(int device, const char* reason);
 struct FusedProgram {
   std::unique_ptr<runtime::Executable> executable;  // null: the trace runs op by op
   std::vector<int64_t> aliased_externals;  // parameters the program may donate to a result
+  // Times a trace of this shape was seen before it earned a compile (TORCHTPU_FUSE_AFTER); 0 once compiled,
+  // and for a program the plugin rejected (that shape runs op by op for good).
+  int sightings = 0;
 };
 
 // What a flush ran: the program, what fed each of its parameters, and the storage each result went to.
@@ -149,6 +154,7 @@ struct FusedStats {
   int64_t ops_recorded = 0;
   int64_t programs_run = 0;
   int64_t compiles = 0;
+  int64_t op_by_op_runs = 0;  // traces run as their op programs: new shapes, plugin rejections, on request
   std::vector<std::pair<std::string, int64_t>> flushes;  // by reason
 };
 FusedStats fused_stats();

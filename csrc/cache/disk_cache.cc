@@ -260,23 +260,25 @@ void store(const fs::path& path, const runtime::Executable& executable) {
 
 void set_warning_sink(WarningSink sink) { warning_sink() = sink; }
 
+std::unique_ptr<runtime::Executable> load_cached(const std::string& stablehlo,
+                                                 std::vector<runtime::ArrayType> output_types,
+                                                 std::vector<int64_t> aliased_inputs,
+                                                 const runtime::Partitioning& partitioning) {
+  if (!enabled()) return nullptr;
+  auto executable = load(entry_path(stablehlo, partitioning), output_types, aliased_inputs);
+  if (executable) counters().hits++;
+  return executable;
+}
+
 std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehlo,
                                                      std::vector<runtime::ArrayType> output_types,
                                                      std::vector<int64_t> aliased_inputs,
                                                      const runtime::Partitioning& partitioning) {
+  if (auto executable = load_cached(stablehlo, output_types, aliased_inputs, partitioning)) return executable;
   if (!enabled()) return runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs), partitioning);
-  const fs::path path = entry_path(stablehlo, partitioning);
-  {
-    std::vector<runtime::ArrayType> types = output_types;
-    std::vector<int64_t> aliased = aliased_inputs;
-    if (auto executable = load(path, types, aliased)) {
-      counters().hits++;
-      return executable;
-    }
-  }
   counters().misses++;
   auto executable = runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs), partitioning);
-  store(path, *executable);
+  store(entry_path(stablehlo, partitioning), *executable);
   return executable;
 }
 

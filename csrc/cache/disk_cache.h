@@ -28,6 +28,13 @@ std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehl
                                                      std::vector<int64_t> aliased_inputs,
                                                      const runtime::Partitioning& partitioning = {});
 
+// The executable of `stablehlo` when the disk holds a usable entry for it; null otherwise (or when the disk
+// cache is off). Compiles nothing.
+std::unique_ptr<runtime::Executable> load_cached(const std::string& stablehlo,
+                                                 std::vector<runtime::ArrayType> output_types,
+                                                 std::vector<int64_t> aliased_inputs,
+                                                 const runtime::Partitioning& partitioning = {});
+
 struct DiskCacheStats {
   bool enabled = false;
   std::string directory;

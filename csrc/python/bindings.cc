@@ -63,6 +63,7 @@ py::dict metrics() {
   fused["ops_recorded"] = fused_stats.ops_recorded;
   fused["programs_run"] = fused_stats.programs_run;
   fused["compiles"] = fused_stats.compiles;
+  fused["op_by_op_runs"] = fused_stats.op_by_op_runs;
   py::dict flushes;
   for (const auto& [reason, n] : fused_stats.flushes) flushes[py::str(reason)] = n;
   fused["flushes"] = flushes;
