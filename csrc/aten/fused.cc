@@ -541,7 +541,8 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
     for (const auto& donation : donations) program->aliased_externals.push_back(donation.first);
     // A new shape waits for its next sighting (fuse_after), except a compiled graph's capture, which is there
     // to be compiled, and a partitioned trace, whose sharded results its op programs cannot give.
-    const bool wait = new_shape && !capture && fuse_after() > 1 && partitioning.num_partitions <= 1;
+    const bool wait =
+        new_shape && !capture && fuse_after() > 1 && partitioning.num_partitions <= 1 && !op_by_op_requested();
     if (wait) program->executable = cache::load_cached(text, result_types, program->aliased_externals, partitioning);
     if (wait && !program->executable) {
       program->sightings = 1;
