@@ -208,6 +208,23 @@ def test_a_fused_program_that_fails_raises_and_the_process_goes_on():
         assert (a + 1).cpu().tolist() == [2.0] * 4
 
 
+def test_compile_log_names_new_trace_shapes_and_fused_compiles():
+    done = run_python("""
+        import torch, torchtpu
+        torchtpu.eager_mode("fused")
+        x = torch.arange(6.0, device="tpu")
+        torch.tpu.synchronize()
+        for _ in range(3):
+            (x * 2).sum().item()
+        """, TORCHTPU_LOG_COMPILES="1", TORCHTPU_DISK_CACHE="0")
+    assert done.returncode == 0, done.stderr
+    logged = [line for line in done.stderr.splitlines() if "fused trace of 2 ops" in line]  # not the arange's
+    assert logged == [
+        "[torchtpu] new fused trace of 2 ops (aten::mul.Tensor ... aten::sum): runs op by op until it comes again",
+        "[torchtpu] compile fused trace of 2 ops (aten::mul.Tensor ... aten::sum)",
+    ], done.stderr
+
+
 def test_traces_run_op_by_op_on_request():
     # The fallback when a composed program does not compile, forced here: same results as CPU.
     done = run_python("""

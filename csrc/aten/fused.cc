@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -23,6 +24,7 @@
 
 #include "aot/recorder.h"
 #include "aten/device_error.h"
+#include "aten/metrics.h"
 #include "aten/sharding.h"
 #include "aten/value_checks.h"
 #include "cache/disk_cache.h"
@@ -544,7 +546,15 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
     const bool wait =
         new_shape && !capture && fuse_after() > 1 && partitioning.num_partitions <= 1 && !op_by_op_requested();
     if (wait) program->executable = cache::load_cached(text, result_types, program->aliased_externals, partitioning);
-    if (wait && !program->executable) {
+    const bool run_op_by_op_now = wait && !program->executable;
+    if (log_compiles()) {
+      std::fprintf(stderr, "[torchtpu] %s fused trace of %zu op%s (%s ... %s)%s\n",
+                   run_op_by_op_now ? "new" : "compile", trace.ops.size(), trace.ops.size() == 1 ? "" : "s",
+                   trace.ops.front().signature->executable->name().c_str(),
+                   trace.ops.back().signature->executable->name().c_str(),
+                   run_op_by_op_now ? ": runs op by op until it comes again" : "");
+    }
+    if (run_op_by_op_now) {
       program->sightings = 1;
     } else {
       aot::record("fused trace of " + std::to_string(trace.ops.size()) + " ops", text, partitioning.num_partitions);

@@ -1,5 +1,6 @@
 #include "aten/metrics.h"
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -58,6 +59,11 @@ void reset_metrics() {
     c->fallbacks = 0;
   }
   g_to_device = g_bytes_to_device = g_to_host = g_bytes_to_host = 0;
+}
+
+bool log_compiles() {
+  static const bool enabled = std::getenv("TORCHTPU_LOG_COMPILES") != nullptr;
+  return enabled;
 }
 
 }  // namespace torchtpu::aten

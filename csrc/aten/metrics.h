@@ -28,4 +28,7 @@ struct MetricsSnapshot {
 MetricsSnapshot metrics_snapshot();
 void reset_metrics();
 
+// TORCHTPU_LOG_COMPILES: every op program and fused program compiled is printed to stderr.
+bool log_compiles();
+
 }  // namespace torchtpu::aten

@@ -19,6 +19,7 @@
 #include "aten/device_error.h"
 #include "aten/generator.h"
 #include "aten/op_build.h"
+#include "aten/metrics.h"
 #include "aten/op_info.h"
 #include "aten/op_key.h"
 #include "aten/overlapping_writes.h"
@@ -49,11 +50,6 @@ int64_t recompile_warning_threshold() {
 
 bool log_ops() {
   static const bool enabled = std::getenv("TORCHTPU_LOG_OPS") != nullptr;
-  return enabled;
-}
-
-bool log_compiles() {
-  static const bool enabled = std::getenv("TORCHTPU_LOG_COMPILES") != nullptr;
   return enabled;
 }
 
