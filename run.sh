@@ -2,7 +2,8 @@
 # The two commands of README.md:
 #   ./run.sh demo   set everything up, then `torchtpu demo`: a small GPT and a tiny HF Llama on tpu against CPU
 #   ./run.sh test   set everything up, then run the C++ unit tests and the whole Python test suite (the core op,
-#                   Hugging Face and kernel tests a second time in fused mode)
+#                   Hugging Face and kernel tests a second time in fused mode, the core op tests a third time
+#                   with fused traces run op by op)
 # Setting up is idempotent: a virtual environment in .venv, the pinned dependencies, the extension build.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -34,6 +35,11 @@ case "${1:-}" in
       tests/test_overlapping_writes.py tests/test_indexing_ops.py tests/test_reduction_ops.py tests/test_nn_ops.py \
       tests/test_optimizers.py tests/test_opinfo_subset.py tests/test_fuzz_pointwise.py tests/test_fuzz_training.py \
       tests/hf tests/kernels
+    # And the core op tests with every trace run op by op, as fused mode runs a trace shape it sees for the
+    # first time: each op's program in turn, buffers released after their last read and donated.
+    TORCHTPU_EAGER_MODE=fused TORCHTPU_FUSED_OP_BY_OP=1 .venv/bin/python -m pytest -q tests/test_ops.py \
+      tests/test_views.py tests/test_overlapping_writes.py tests/test_indexing_ops.py tests/test_reduction_ops.py \
+      tests/test_nn_ops.py tests/test_optimizers.py tests/test_fuzz_training.py
     ;;
   sanitize)
     # The C++ core and its tests (ctest), then the extension under Python tests, with ASan + UBSan

@@ -77,7 +77,7 @@ def train(mode, steps):
     with torchtpu.eager_mode(mode):
         for _ in range(steps):
             before = (fused()["compiles"], fused()["programs_run"],
-                      sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()))
+                      sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()), fused()["op_by_op_runs"])
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
@@ -86,7 +86,7 @@ def train(mode, steps):
             sched.step()
             losses.append(loss.detach())
             after = (fused()["compiles"], fused()["programs_run"],
-                     sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()))
+                     sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()), fused()["op_by_op_runs"])
             per_step.append(tuple(b - a for a, b in zip(before, after)))
     return [l.item() for l in losses], [p.detach().cpu() for p in model.parameters()], per_step
 
@@ -100,9 +100,9 @@ def test_a_training_loop_matches_strict_and_reaches_one_program_per_step(metrics
     # Steps 1 and 2 are new trace shapes (the optimizer's state starts at step 1) and run op by op; the
     # step's program compiles when its shape comes again (TORCHTPU_FUSE_AFTER=2), then one fused program
     # runs per step (flushed by the optimizer step) and nothing compiles.
-    assert [fused_compiles for fused_compiles, _, _ in per_step[:3]] == [0, 0, 1], per_step
-    for fused_compiles, programs_run, op_compiles in per_step[3:]:
-        assert (fused_compiles, programs_run, op_compiles) == (0, 1, 0), per_step
+    assert [(step[0], step[3]) for step in per_step[:3]] == [(0, 1), (0, 1), (1, 0)], per_step
+    for fused_compiles, programs_run, op_compiles, op_by_op_runs in per_step[3:]:
+        assert (fused_compiles, programs_run, op_compiles, op_by_op_runs) == (0, 1, 0, 0), per_step
     assert fused()["flushes"].get("optimizer step", 0) >= 6
 
 
@@ -117,8 +117,8 @@ def test_scalars_that_happen_to_be_equal_keep_the_program(metrics):
             got = torch.add(t.clamp(min=low, max=high), t, alpha=scale).sum().item()
             assert got == pytest.approx(torch.add(x.clamp(min=low, max=high), x, alpha=scale).sum().item(), rel=1e-5)
             if step == 1:  # the step's shape compiles at its second sighting
-                compiled = metrics()["fused"]["compiles"]
-    assert metrics()["fused"]["compiles"] == compiled
+                compiled = (metrics()["fused"]["compiles"], metrics()["fused"]["op_by_op_runs"])
+    assert (metrics()["fused"]["compiles"], metrics()["fused"]["op_by_op_runs"]) == compiled
 
 
 @pytest.mark.parametrize("sighting", ["first (op by op)", "second (compiled)"])

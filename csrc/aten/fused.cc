@@ -486,6 +486,9 @@ void run_op_by_op(Trace& trace, const std::vector<const Binding*>& live, const B
       throw_device_error(executable.name(), e);
     }
     for (size_t i : live_of_op[k]) bind(i, results[k][static_cast<size_t>(live[i]->output)]);
+    for (size_t o = 0; o < results[k].size(); ++o) {  // read by no later op: its storage has it, if live
+      if (last_reader.count(source_id({static_cast<int>(k), static_cast<int>(o)})) == 0) results[k][o].reset();
+    }
     for (const TraceSource& s : op.sources) {
       if (releases(s, k)) buffer_of(s).reset();
     }
@@ -519,7 +522,8 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
   std::shared_ptr<FusedProgram> program = fused_programs().find(key);
   const bool new_shape = program == nullptr;
   // A shape seen before, now seen often enough: its program compiles (and replaces the entry) below.
-  if (program && program->sightings > 0 && ++program->sightings >= fuse_after()) program = nullptr;
+  // A compiled graph's capture compiles at once, whatever an eager flush of the same shape left.
+  if (program && program->sightings > 0 && (capture || ++program->sightings >= fuse_after())) program = nullptr;
   std::string text;
   std::vector<std::pair<int, int>> donations;
   std::vector<runtime::ArrayType> result_types;
@@ -547,10 +551,10 @@ FlushedTrace run_trace(Trace trace, bool capture = false, bool want_text = false
         new_shape && !capture && fuse_after() > 1 && partitioning.num_partitions <= 1 && !op_by_op_requested();
     if (wait) program->executable = cache::load_cached(text, result_types, program->aliased_externals, partitioning);
     const bool run_op_by_op_now = wait && !program->executable;
-    if (log_compiles()) {
-      std::fprintf(stderr, "[torchtpu] %s fused trace of %zu op%s (%s ... %s)%s\n",
-                   run_op_by_op_now ? "new" : "compile", trace.ops.size(), trace.ops.size() == 1 ? "" : "s",
-                   trace.ops.front().signature->executable->name().c_str(),
+    if (log_compiles() && !op_by_op_requested()) {
+      const char* what = run_op_by_op_now ? "new" : wait ? "load (from disk)" : "compile";
+      std::fprintf(stderr, "[torchtpu] %s fused trace of %zu op%s (%s ... %s)%s\n", what, trace.ops.size(),
+                   trace.ops.size() == 1 ? "" : "s", trace.ops.front().signature->executable->name().c_str(),
                    trace.ops.back().signature->executable->name().c_str(),
                    run_op_by_op_now ? ": runs op by op until it comes again" : "");
     }
