@@ -22,6 +22,11 @@ namespace {
 
 void delete_handle(void* context) { delete static_cast<StorageHandle*>(context); }
 
+// A value's sharding: a pending value's is the one its storage had before the trace.
+runtime::ShardingPtr sharding_of(const PendingValue* pending, const runtime::Buffer* buffer) {
+  return pending ? pending->sharding : buffer ? buffer->sharding_ptr() : nullptr;
+}
+
 // Storages name device buffers that PJRT allocates when a program writes them; the allocator hands out
 // handles. It is a DeviceAllocator so torch.accelerator's memory functions (memory_allocated, memory_stats,
 // reset_peak_memory_stats, empty_cache) report the device's buffers, as torch.tpu's do.
@@ -131,7 +136,7 @@ void StorageHandle::set_buffer(runtime::BufferPtr b) {
 
 runtime::BufferPtr StorageHandle::hold_pending(PendingValue value) {
   std::lock_guard<BufferLock> lock(lock_);
-  runtime::ShardingPtr before = pending ? pending->sharding : buffer_ ? buffer_->sharding_ptr() : nullptr;
+  runtime::ShardingPtr before = sharding_of(pending ? &*pending : nullptr, buffer_.get());
   if (before && before->tiles().size() == value.dims.size()) value.sharding = std::move(before);
   pending = std::move(value);
   return std::move(buffer_);
@@ -186,9 +191,7 @@ runtime::ShardingPtr storage_sharding(const at::Tensor& tensor) {
 }
 
 runtime::ShardingPtr sharding_before_trace(const at::Tensor& tensor) {
-  return storage_handle(tensor).with_value([](const PendingValue* pending, const runtime::Buffer* buffer) {
-    return pending ? pending->sharding : buffer ? buffer->sharding_ptr() : nullptr;
-  });
+  return storage_handle(tensor).with_value(sharding_of);
 }
 
 std::vector<int64_t> storage_dims(const at::Tensor& tensor) {

@@ -260,25 +260,36 @@ void store(const fs::path& path, const runtime::Executable& executable) {
 
 void set_warning_sink(WarningSink sink) { warning_sink() = sink; }
 
+namespace {
+
+// The entry at `path`, counted as a hit when usable.
+std::unique_ptr<runtime::Executable> load_counted(const fs::path& path, std::vector<runtime::ArrayType> output_types,
+                                                  std::vector<int64_t> aliased_inputs) {
+  auto executable = load(path, output_types, aliased_inputs);
+  if (executable) counters().hits++;
+  return executable;
+}
+
+}  // namespace
+
 std::unique_ptr<runtime::Executable> load_cached(const std::string& stablehlo,
                                                  std::vector<runtime::ArrayType> output_types,
                                                  std::vector<int64_t> aliased_inputs,
                                                  const runtime::Partitioning& partitioning) {
   if (!enabled()) return nullptr;
-  auto executable = load(entry_path(stablehlo, partitioning), output_types, aliased_inputs);
-  if (executable) counters().hits++;
-  return executable;
+  return load_counted(entry_path(stablehlo, partitioning), std::move(output_types), std::move(aliased_inputs));
 }
 
 std::unique_ptr<runtime::Executable> load_or_compile(const std::string& stablehlo,
                                                      std::vector<runtime::ArrayType> output_types,
                                                      std::vector<int64_t> aliased_inputs,
                                                      const runtime::Partitioning& partitioning) {
-  if (auto executable = load_cached(stablehlo, output_types, aliased_inputs, partitioning)) return executable;
   if (!enabled()) return runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs), partitioning);
+  const fs::path path = entry_path(stablehlo, partitioning);
+  if (auto executable = load_counted(path, output_types, aliased_inputs)) return executable;
   counters().misses++;
   auto executable = runtime::compile(stablehlo, std::move(output_types), std::move(aliased_inputs), partitioning);
-  store(entry_path(stablehlo, partitioning), *executable);
+  store(path, *executable);
   return executable;
 }
 

@@ -8,8 +8,9 @@ from torchtpu import _C
 def metrics() -> dict:
     """``{"ops": {op: {"compiles", "cache_hits", "executions", "fallbacks"}}, "transfers": {...},
     "program_cache": {"programs", "evictions", "capacity"}, "fused": {"ops_recorded", "programs_run",
-    "compiles", "op_by_op_runs", "flushes"}, "compiled": {"captures", "replays"}}`` (fused: docs/modes.md; compiled: torch.compile
-    graphs captured and replayed, docs/compile.md). Program-cache figures are not reset."""
+    "compiles", "op_by_op_runs", "flushes"}, "compiled": {"captures", "replays"}}`` (fused: docs/modes.md;
+    compiled: torch.compile graphs captured and replayed, docs/compile.md). Program-cache figures are not
+    reset."""
     return _C._metrics()
 
 
