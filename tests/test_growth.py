@@ -60,6 +60,28 @@ def test_a_grown_tensor_behaves_like_any_other():
     assert_close(a[:, :13].cpu(), expected)
 
 
+def test_views_of_a_grown_batch_compile_per_capacity(metrics):
+    # x[:, -1:] of a [2, L] tensor has strides (L, 1): the row length, new at every append. Programs take
+    # such strides as operands, so reading, computing on and writing the last columns compiles per capacity.
+    torch.manual_seed(0)
+    cpu = torch.randint(0, 50, (2, 5))
+    tpu = cpu.to("tpu")
+    eos = torch.tensor([7, 11])
+    for step in range(40):
+        piece = torch.randint(0, 50, (2, 1))
+        cpu, tpu = torch.cat([cpu, piece], 1), torch.cat([tpu, piece.to("tpu")], 1)
+        assert_close(tpu[:, -1:].clone().cpu(), cpu[:, -1:].clone(), rtol=0, atol=0)
+        assert_close((tpu[:, -3:] + 1).cpu(), cpu[:, -3:] + 1, rtol=0, atol=0)
+        assert_close(torch.isin(tpu[:, -1:], eos.to("tpu")).cpu(), torch.isin(cpu[:, -1:], eos), rtol=0, atol=0)
+        cpu[:, -2] += step
+        tpu[:, -2] += step
+    # Lengths 6..45 span capacities 16, 32 and 64 (the storage's length is part of a program's key).
+    view_ops = ("aten::clone", "aten::add.Tensor", "aten::isin.Tensor_Tensor", "aten::add_.Tensor")
+    assert all(compiles(op) <= 3 for op in view_ops), {op: compiles(op) for op in view_ops}
+    assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
+    assert fallback_ops() == {}
+
+
 def test_cat_errors_read_as_on_cpu():
     with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
         torch.cat([torch.zeros(2, 12, device="tpu"), torch.zeros(3, 1, device="tpu")], 1)
@@ -124,4 +146,31 @@ def test_hf_generate_first_call_compiles_per_bucket_not_per_token():
     short = first_call(10)   # lengths 7..16: one capacity
     long = first_call(90)    # lengths 7..96: capacities 16..128, four more
     # Only the new capacities compile, a few programs each; per token it would be several per position.
+    assert long <= short and long < 90, (short, long)
+
+
+def test_hf_generate_for_a_batch_compiles_per_bucket_not_per_token():
+    # With two prompts, `input_ids[:, -1:]` and the stopping check's views of the growing ids have the row
+    # length as a stride; they must not compile per token either.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompts = torch.randint(0, 128, (2, 6))
+    model_tpu = transformers.LlamaForCausalLM(config).eval()
+    model_tpu.load_state_dict(model.state_dict())
+    model_tpu.to("tpu")
+
+    def first_call(new_tokens):
+        before = sum(op["compiles"] for op in torchtpu.metrics()["ops"].values())
+        kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+        out = model_tpu.generate(prompts.to("tpu"), attention_mask=torch.ones(2, 6, dtype=torch.long, device="tpu"),
+                                 **kwargs)
+        expected = model.generate(prompts, attention_mask=torch.ones(2, 6, dtype=torch.long), **kwargs)
+        assert torch.equal(out.cpu(), expected)
+        return sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()) - before
+
+    short = first_call(10)
+    long = first_call(90)
     assert long <= short and long < 90, (short, long)

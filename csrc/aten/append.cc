@@ -9,6 +9,7 @@
 
 #include "aten/op_kernel.h"
 #include "aten/op_key.h"
+#include "aten/storage.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -62,6 +63,7 @@ std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&, int64_t)>();
   const at::Tensor flat =
       append_rows.call(whole_storage(a), b.reshape({outer, added, inner}), at::Scalar(rows), capacity_for(rows + added));
+  storage_handle(flat).growing = true;
   std::vector<int64_t> sizes = a.sizes().vec();
   sizes[static_cast<size_t>(d)] = rows + added;
   std::vector<int64_t> strides(sizes.size(), 1);
@@ -70,6 +72,18 @@ std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64
 }
 
 }  // namespace
+
+uint64_t runtime_stride_dims(const at::Tensor& t) {
+  if (!storage_handle(t).growing || t.dim() > 64) return 0;
+  uint64_t dims = 0;
+  int64_t dense_stride = 1;
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    const int64_t size = t.size(d), stride = t.stride(d);
+    if (size != 1 && stride != 0 && stride != dense_stride) dims |= uint64_t{1} << d;
+    dense_stride *= size;
+  }
+  return dims;
+}
 
 void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t first = stack->size() - 2;

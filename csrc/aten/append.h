@@ -15,6 +15,12 @@
 
 namespace torchtpu::aten {
 
+// A view into a growing storage has, along its outer dims, the growing tensor's row length as its stride
+// (x[:, -1:] of a [2, L] tensor has strides (L, 1)), a new value at every token. Programs take such strides as
+// operands: bit d is set for each dim d of `t` whose stride is neither that of a dense tensor of its sizes
+// nor irrelevant (size 1, or 0 for a broadcast). 0 for any tensor outside a growing storage.
+uint64_t runtime_stride_dims(const at::Tensor& t);
+
 // aten::cat: the growing case above, else the lowered cat.
 void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

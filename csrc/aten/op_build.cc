@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aten/append.h"
 #include "aten/op_key.h"
 #include "aten/scalar_operands.h"
 #include "aten/sharding.h"
@@ -303,8 +304,9 @@ class ProgramBuilder {
     // The common case, a tensor that is its whole buffer as shaped, reads the parameter itself.
     const bool whole_buffer =
         replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims);
-    ir::Value value =
-        whole_buffer ? whole : lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element));
+    ir::Value value = whole_buffer ? whole
+                                   : lowering::read_view(graph_, flat(whole), geometry(t), offset(t, arg, element),
+                                                         strides(t, arg, element));
     return apply_lazy_bits(t, value);
   }
 
@@ -342,7 +344,8 @@ class ProgramBuilder {
         parameter_shardings_.back() = storage_sharding(target);
         if (graph_.type(base).dtype == to_dtype(target.scalar_type())) donor = last_parameter();
       }
-      result = lowering::write_view(graph_, flat(base), geometry(target), value, offset(target, arg, element));
+      result = lowering::write_view(graph_, flat(base), geometry(target), value, offset(target, arg, element),
+                                    strides(target, arg, element));
       // Keep the buffer's shape where the dtype allows, so the result can take over the base's buffer.
       if (graph_.type(result).dtype == graph_.type(base).dtype) result = graph_.reshape(result, graph_.type(base).dims);
       written_storages_.emplace_back(storage, result);
@@ -369,6 +372,18 @@ class ProgramBuilder {
     // A view over part of its storage reads and writes at a runtime offset, so x[0] and x[i] share a program.
     if (replaces_storage(t)) return ir::Value{};
     return parameter({DType::kI64, {}}, {ParamSource::Kind::kOffset, arg, element});
+  }
+
+  // Per dim, the stride as an operand where the program takes it so (a view into a growing storage,
+  // aten/append.h), else an invalid value; empty when every stride is compiled in.
+  std::vector<ir::Value> strides(const at::Tensor& t, size_t arg, int element) {
+    const uint64_t runtime = runtime_stride_dims(t);
+    if (runtime == 0) return {};
+    std::vector<ir::Value> strides(static_cast<size_t>(t.dim()));
+    for (int d = 0; d < static_cast<int>(t.dim()); ++d) {
+      if (runtime >> d & 1) strides[d] = parameter({DType::kI64, {}}, {ParamSource::Kind::kStride, arg, element, d});
+    }
+    return strides;
   }
 
   struct Read {

@@ -118,6 +118,10 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
       const int64_t offset = tensors.get(source.arg, source.element).storage_offset();
       return scalar_buffer(DType::kI64, &offset, sizeof offset, device);
     }
+    case ParamSource::Kind::kStride: {
+      const int64_t stride = tensors.get(source.arg, source.element).stride(source.dim);
+      return scalar_buffer(DType::kI64, &stride, sizeof stride, device);
+    }
     case ParamSource::Kind::kRngState: {
       const c10::IValue* generator = nullptr;
       for (size_t i = first; i < stack.size(); ++i) {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include "aten/append.h"
 #include "aten/storage.h"
 #include "aten/value_checks.h"
 
@@ -21,6 +22,7 @@ enum Tag : int64_t {
   kBool = 11,
   kInt = 12,
   kComplex = 13,
+  kRuntimeStride = -4,  // in a tensor's strides: one its program takes as an operand (strides are >= 0)
 };
 
 int64_t scalar_tag(const c10::IValue& v) {
@@ -61,9 +63,13 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   key.add(kDeviceTensor);
   key.add_list(t.sizes().data(), t.sizes().size());
   // A dim of size 1 never moves the address: its stride (which PyTorch leaves at whatever the view
-  // arithmetic gave, e.g. a growing row length in x[:, -1:]) is not part of the program.
+  // arithmetic gave, e.g. a growing row length in x[:, -1:]) is not part of the program. Nor is a stride
+  // the program takes as an operand (a view into a growing storage).
   const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
-  for (size_t d = 0; d < strides.size(); ++d) key.add(sizes[d] == 1 ? int64_t{0} : strides[d]);
+  const uint64_t runtime_strides = runtime_stride_dims(t);
+  for (size_t d = 0; d < strides.size(); ++d) {
+    key.add(sizes[d] == 1 ? int64_t{0} : (runtime_strides >> d & 1) ? kRuntimeStride : strides[d]);
+  }
   // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
   // covers it follows from the words above and below. The buffer's dims are the program parameter's.
   const bool has_value = storage_handle(t).with_value([&](const PendingValue* pending, const runtime::Buffer* buffer) {

@@ -27,6 +27,7 @@ struct ParamSource {
     kScalarList,   // a Scalar[] argument: its values as one f64 array
     kIntList,      // an int[] argument of a rule with int_lists_are_operands: its values as one i64 array
     kOffset,       // the storage offset (elements) of a tensor argument's view, as i64
+    kStride,       // the stride (elements) of dim `dim` of a tensor argument's view, as i64 (aten/append.h)
     kRngState,     // the generator's (seed, offset) for this call
     kWriteBase,    // the whole storage of a mutated argument, which a partial write scatters into
     kCheckState,   // the device's value-check error state (aten/value_checks.h)
@@ -34,6 +35,7 @@ struct ParamSource {
   Kind kind;
   size_t arg = 0;    // argument index (not used by kRngState)
   int element = -1;  // element of a tensor-list argument, or -1
+  int dim = -1;      // kStride: the dim
 };
 
 // How one program result is bound: a new tensor, or the new storage contents of a mutated argument.

@@ -46,15 +46,21 @@ Value reinterpret(Graph& g, Value flat, DType dtype) {
   return g.bitcast_convert(grouped, Type{dtype, {n / ratio}});
 }
 
+bool has_runtime_stride(const std::vector<Value>& strides) {
+  return std::any_of(strides.begin(), strides.end(), [](Value s) { return s.valid(); });
+}
+
 // Flat element index of every view position, shaped sizes + [1] (the gather/scatter index layout).
-Value flat_indices(Graph& g, const ViewGeometry& view, Value offset) {
+Value flat_indices(Graph& g, const ViewGeometry& view, Value offset, const std::vector<Value>& strides) {
   std::vector<int64_t> dims = view.sizes;
   dims.push_back(1);
   Value index = offset.valid() ? g.broadcast_in_dim(offset, dims, {}) : g.constant_int(view.offset, DType::kI64, dims);
   for (size_t d = 0; d < view.sizes.size(); ++d) {
-    if (view.strides[d] == 0 || view.sizes[d] == 1) continue;
+    const bool runtime = d < strides.size() && strides[d].valid();
+    if (view.sizes[d] == 1 || (!runtime && view.strides[d] == 0)) continue;
     Value position = g.iota(Type{DType::kI64, dims}, static_cast<int64_t>(d));
-    Value stride = g.constant_int(view.strides[d], DType::kI64, dims);
+    Value stride = runtime ? g.broadcast_in_dim(strides[d], dims, {})
+                           : g.constant_int(view.strides[d], DType::kI64, dims);
     index = g.binary("add", index, g.binary("multiply", position, stride));
   }
   return index;
@@ -171,16 +177,22 @@ bool covers_storage(const ViewGeometry& view, DType storage_dtype, int64_t stora
              static_cast<size_t>(storage_numel) * element_size(storage_dtype);
 }
 
-Value read_view(Graph& g, Value flat, const ViewGeometry& view, Value offset) {
+Value read_view(Graph& g, Value flat, const ViewGeometry& view, Value offset, const std::vector<Value>& strides) {
   Value typed = reinterpret(g, flat, view.dtype);
   if (view.numel() == 0) return g.constant_int(0, view.dtype, view.sizes);
-  Value structured = structured_read(g, typed, view, offset);
-  if (structured.valid()) return structured;
-  return g.gather_flat(typed, flat_indices(g, view, offset));
+  if (!has_runtime_stride(strides)) {
+    Value structured = structured_read(g, typed, view, offset);
+    if (structured.valid()) return structured;
+  }
+  return g.gather_flat(typed, flat_indices(g, view, offset, strides));
 }
 
-Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value, Value offset) {
+Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value, Value offset,
+                 const std::vector<Value>& strides) {
   Value typed = reinterpret(g, flat, view.dtype);
+  if (has_runtime_stride(strides)) {
+    return view.numel() == 0 ? typed : g.scatter_flat(typed, flat_indices(g, view, offset, strides), value);
+  }
   const int64_t n = g.type(typed).dims[0];
   if (!offset.valid() && covers_storage(view, view.dtype, n)) return g.reshape(value, {n});
   if (view.numel() == 0) return typed;
@@ -204,7 +216,7 @@ Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value, Va
                             g.compare(position, hi, ir::Comparison::kLT));
     return g.select(inside, placed, typed);
   }
-  return g.scatter_flat(typed, flat_indices(g, view, offset), value);
+  return g.scatter_flat(typed, flat_indices(g, view, offset, strides), value);
 }
 
 }  // namespace torchtpu::lowering

@@ -30,10 +30,13 @@ bool covers_storage(const ViewGeometry& view, DType storage_dtype, int64_t stora
 
 // `flat` is the storage: a 1-d value of the storage's dtype. When `offset` is valid (a rank-0 i64 value)
 // it is the view's storage offset at run time and view.offset is ignored: one program then serves the
-// same view at every position (x[i] in a loop, a KV-cache write at a moving position).
-ir::Value read_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value offset = {});
+// same view at every position (x[i] in a loop, a KV-cache write at a moving position). Likewise a valid
+// `strides[d]` is dim d's stride at run time (one program for a view into a tensor that grows): the view
+// is then read with a gather and written with a scatter of computed positions.
+ir::Value read_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value offset = {},
+                    const std::vector<ir::Value>& strides = {});
 // Returns the new flat storage, in the view's dtype, with `value` (of the view's sizes) written through it.
 ir::Value write_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value value,
-                     ir::Value offset = {});
+                     ir::Value offset = {}, const std::vector<ir::Value>& strides = {});
 
 }  // namespace torchtpu::lowering

@@ -94,4 +94,40 @@ TEST_CASE("write through a contiguous row leaves the rest") {
   }
 }
 
+// One program for a [2, k] view whose row stride and offset are operands (the last columns of a tensor that
+// grows by a column per step): run at several row lengths, it reads and writes what the host loops say.
+TEST_CASE("a runtime stride and offset serve every row length") {
+  const int64_t n = 64;
+  const auto flat = storage(n);
+  const ViewGeometry shape{DType::kF32, {2, 3}, {0, 1}, 0};  // the row stride and offset come at run time
+  ir::Graph reads, writes;
+  for (ir::Graph* g : {&reads, &writes}) {
+    ir::Value p = g->parameter(ir::Type{DType::kF32, {n}});
+    ir::Value offset = g->parameter(ir::Type{DType::kI64, {}});
+    std::vector<ir::Value> strides{g->parameter(ir::Type{DType::kI64, {}}), ir::Value{}};
+    if (g == &reads) {
+      g->set_results({g->reshape(read_view(*g, p, shape, offset, strides), {6})});
+    } else {
+      g->set_results({write_view(*g, p, shape, g->constant(-1.0f, DType::kF32, {2, 3}), offset, strides)});
+    }
+  }
+  auto read_exe = runtime::compile(reads.emit(), {{DType::kF32, {6}}});
+  auto write_exe = runtime::compile(writes.emit(), {{DType::kF32, {n}}});
+  auto in = runtime::upload(flat.data(), DType::kF32, {n}, 0, nullptr);
+  for (int64_t row_length : {5, 9, 30}) {
+    const ViewGeometry view{DType::kF32, {2, 3}, {row_length, 1}, row_length - 3};
+    auto offset = runtime::upload(&view.offset, DType::kI64, {}, 0, nullptr);
+    auto stride = runtime::upload(&row_length, DType::kI64, {}, 0, nullptr);
+    std::vector<float> got(6);
+    runtime::download(*read_exe->execute(0, {in.get(), offset.get(), stride.get()})[0], got.data());
+    EXPECT(got == expected_read(flat, view));
+    std::vector<float> written(static_cast<size_t>(n));
+    runtime::download(*write_exe->execute(0, {in.get(), offset.get(), stride.get()})[0], written.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const bool inside = i < 2 * row_length && i % row_length >= row_length - 3;
+      EXPECT(written[static_cast<size_t>(i)] == (inside ? -1.0f : static_cast<float>(i)));
+    }
+  }
+}
+
 int main() { return torchtpu::testing::run_all(); }
