@@ -124,40 +124,14 @@ def test_gradients_through_grown_keys_match_cpu():
         assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_hf_generate_first_call_compiles_per_bucket_not_per_token():
+def first_generate_compiles(inputs: dict) -> tuple[int, int]:
+    """Compiles of two first `generate` calls of a tiny HF Llama on tpu (10, then 90 new tokens), each checked
+    token for token against CPU. `inputs`: `generate`'s tensor arguments, on the CPU."""
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
-    prompt = torch.randint(0, 128, (1, 6))
-    model_tpu = transformers.LlamaForCausalLM(config).eval()
-    model_tpu.load_state_dict(model.state_dict())
-    model_tpu.to("tpu")
-
-    def first_call(new_tokens):
-        before = sum(op["compiles"] for op in torchtpu.metrics()["ops"].values())
-        out = model_tpu.generate(prompt.to("tpu"), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                 do_sample=False)
-        expected = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-        assert torch.equal(out.cpu(), expected)
-        return sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()) - before
-
-    short = first_call(10)   # lengths 7..16: one capacity
-    long = first_call(90)    # lengths 7..96: capacities 16..128, four more
-    # Only the new capacities compile, a few programs each; per token it would be several per position.
-    assert long <= short and long < 90, (short, long)
-
-
-def test_hf_generate_for_a_batch_compiles_per_bucket_not_per_token():
-    # With two prompts, `input_ids[:, -1:]` and the stopping check's views of the growing ids have the row
-    # length as a stride; they must not compile per token either.
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    prompts = torch.randint(0, 128, (2, 6))
     model_tpu = transformers.LlamaForCausalLM(config).eval()
     model_tpu.load_state_dict(model.state_dict())
     model_tpu.to("tpu")
@@ -165,12 +139,24 @@ def test_hf_generate_for_a_batch_compiles_per_bucket_not_per_token():
     def first_call(new_tokens):
         before = sum(op["compiles"] for op in torchtpu.metrics()["ops"].values())
         kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-        out = model_tpu.generate(prompts.to("tpu"), attention_mask=torch.ones(2, 6, dtype=torch.long, device="tpu"),
-                                 **kwargs)
-        expected = model.generate(prompts, attention_mask=torch.ones(2, 6, dtype=torch.long), **kwargs)
-        assert torch.equal(out.cpu(), expected)
+        out = model_tpu.generate(**{name: t.to("tpu") for name, t in inputs.items()}, **kwargs)
+        assert torch.equal(out.cpu(), model.generate(**inputs, **kwargs))
         return sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()) - before
 
-    short = first_call(10)
-    long = first_call(90)
+    return first_call(10), first_call(90)  # lengths up to 16: one capacity; up to 96: four more
+
+
+def test_hf_generate_first_call_compiles_per_bucket_not_per_token():
+    torch.manual_seed(1)
+    short, long = first_generate_compiles({"input_ids": torch.randint(0, 128, (1, 6))})
+    # Only the new capacities compile, a few programs each; per token it would be several per position.
+    assert long <= short and long < 90, (short, long)
+
+
+def test_hf_generate_for_a_batch_compiles_per_bucket_not_per_token():
+    # With two prompts, `input_ids[:, -1:]` and the stopping check's views of the growing ids have the row
+    # length as a stride; they must not compile per token either.
+    torch.manual_seed(1)
+    short, long = first_generate_compiles({"input_ids": torch.randint(0, 128, (2, 6)),
+                                           "attention_mask": torch.ones(2, 6, dtype=torch.long)})
     assert long <= short and long < 90, (short, long)
