@@ -43,6 +43,27 @@ def test_appends_along_any_dim(dim):
     assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64, torch.bfloat16, torch.float32,
+                                   torch.complex64])
+def test_appends_of_every_dtype_match_cpu(dtype):
+    base, piece = torch.ones(2, 8).to(dtype), torch.zeros(2, 1).to(dtype)
+    grown = torch.cat([torch.cat([base.to("tpu"), piece.to("tpu")], 1), piece.to("tpu")], 1)
+    assert torch.equal(grown.cpu(), torch.cat([base, piece, piece], 1))
+    assert fallback_ops() == {}
+
+
+def test_views_whose_strides_change_order_keep_cpu_strides():
+    # Two views of one grown tensor that share a program but order their strides differently: results are
+    # laid out as CPU lays them out (by the input's stride order), so `.view` fails where CPU's fails.
+    cpu = torch.cat([torch.arange(12.0).reshape(2, 6), torch.ones(2, 1)], 1)
+    tpu = torch.cat([torch.arange(12.0).reshape(2, 6).to("tpu"), torch.ones(2, 1, device="tpu")], 1)
+    for size, stride in (((2, 3), (5, 2)), ((2, 3), (2, 5))):
+        expected = cpu.as_strided(size, stride) + 1
+        got = tpu.as_strided(size, stride) + 1
+        assert got.stride() == expected.stride()
+        assert torch.equal(got.cpu(), expected)
+
+
 def test_a_grown_tensor_behaves_like_any_other():
     base = torch.randn(1, 12)
     grown = torch.cat([base.to("tpu"), torch.ones(1, 1, device="tpu")], 1)

@@ -4,6 +4,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/WrapDimMinimal.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 
@@ -42,8 +43,8 @@ at::Tensor whole_storage(const at::Tensor& t) { return t.as_strided({stored_elem
 // cat([a, b], dim) as an append with spare capacity, or nothing when the call is not an append.
 std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
   if (!starts_its_storage(a) || !b.defined() || b.device() != a.device() || b.scalar_type() != a.scalar_type() ||
-      a.dim() == 0 || b.dim() != a.dim()) {
-    return std::nullopt;
+      a.dim() == 0 || b.dim() != a.dim() || a.is_complex()) {
+    return std::nullopt;  // complex: torchtpu::_append_rows has no complex rule; the lowered cat has one
   }
   const int64_t d = c10::maybe_wrap_dim(dim, a.dim());
   for (int64_t i = 0; i < a.dim(); ++i) {
@@ -75,12 +76,19 @@ std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64
 
 uint64_t runtime_stride_dims(const at::Tensor& t) {
   if (!storage_handle(t).growing || t.dim() > 64) return 0;
+  // The dims that move the address, outermost first. A permutation of a dense tensor (a transposed KV cache)
+  // has every stride its order and sizes give; a part of one (the last column of a batch) does not.
+  c10::SmallVector<int64_t, 6> order;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) != 1 && t.stride(d) != 0) order.push_back(d);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
   uint64_t dims = 0;
   int64_t dense_stride = 1;
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    const int64_t size = t.size(d), stride = t.stride(d);
-    if (size != 1 && stride != 0 && stride != dense_stride) dims |= uint64_t{1} << d;
-    dense_stride *= size;
+  for (size_t k = order.size(); k-- > 0;) {
+    const int64_t d = order[k];
+    if (t.stride(d) != dense_stride) dims |= uint64_t{1} << d;
+    dense_stride *= t.size(d);
   }
   return dims;
 }

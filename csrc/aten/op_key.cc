@@ -70,6 +70,19 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   for (size_t d = 0; d < strides.size(); ++d) {
     key.add(sizes[d] == 1 ? int64_t{0} : (runtime_strides >> d & 1) ? kRuntimeStride : strides[d]);
   }
+  if (runtime_strides != 0) {
+    // The order of the strides still shapes the program's results: the meta kernel lays an output out as its
+    // input (empty_like), so each dim's rank among the strides, ties counted, joins the key.
+    for (size_t d = 0; d < strides.size(); ++d) {
+      int64_t larger = 0, equal = 0;
+      for (size_t e = 0; e < strides.size() && sizes[d] != 1; ++e) {
+        if (e == d || sizes[e] == 1) continue;
+        larger += strides[e] > strides[d];
+        equal += strides[e] == strides[d];
+      }
+      key.add(larger * 64 + equal);
+    }
+  }
   // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
   // covers it follows from the words above and below. The buffer's dims are the program parameter's.
   const bool has_value = storage_handle(t).with_value([&](const PendingValue* pending, const runtime::Buffer* buffer) {
