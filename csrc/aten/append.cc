@@ -74,8 +74,8 @@ std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64
 
 }  // namespace
 
-uint64_t runtime_stride_dims(const at::Tensor& t) {
-  if (!storage_handle(t).growing || t.dim() > 64) return 0;
+uint64_t runtime_stride_dims(const at::Tensor& t, const StorageHandle& storage) {
+  if (!storage.growing || t.dim() > 64) return 0;
   // The dims that move the address, outermost first. A permutation of a dense tensor (a transposed KV cache)
   // has every stride its order and sizes give; a part of one (the last column of a batch) does not.
   c10::SmallVector<int64_t, 6> order;

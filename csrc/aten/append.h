@@ -15,13 +15,16 @@
 
 namespace torchtpu::aten {
 
+struct StorageHandle;
+
 // A view into a growing storage has, along its outer dims, the growing tensor's row length as its stride
 // (x[:, -1:] of a [2, L] tensor has strides (L, 1)), a new value at every token. Programs take such strides as
 // operands: bit d is set for each dim d of `t` whose stride is not the one a dense tensor of its sizes, with
 // its dims in the same memory order, would have (dims of size 1 and broadcast dims never count). So a whole
 // grown tensor, or a permutation of it, keeps its strides in the key; 0 for any tensor outside a growing
 // storage.
-uint64_t runtime_stride_dims(const at::Tensor& t);
+// `storage` is `t`'s (the op key has it at hand).
+uint64_t runtime_stride_dims(const at::Tensor& t, const StorageHandle& storage);
 
 // aten::cat: the growing case above, else the lowered cat.
 void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);

@@ -377,13 +377,13 @@ class ProgramBuilder {
   // Per dim, the stride as an operand where the program takes it so (a view into a growing storage,
   // aten/append.h), else an invalid value; empty when every stride is compiled in.
   std::vector<ir::Value> strides(const at::Tensor& t, size_t arg, int element) {
-    const uint64_t runtime = runtime_stride_dims(t);
+    const uint64_t runtime = runtime_stride_dims(t, storage_handle(t));
     if (runtime == 0) return {};
-    std::vector<ir::Value> strides(static_cast<size_t>(t.dim()));
+    std::vector<ir::Value> operands(static_cast<size_t>(t.dim()));
     for (int d = 0; d < static_cast<int>(t.dim()); ++d) {
-      if (runtime >> d & 1) strides[d] = parameter({DType::kI64, {}}, {ParamSource::Kind::kStride, arg, element, d});
+      if (runtime >> d & 1) operands[d] = parameter({DType::kI64, {}}, {ParamSource::Kind::kStride, arg, element, d});
     }
-    return strides;
+    return operands;
   }
 
   struct Read {

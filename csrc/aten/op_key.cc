@@ -66,7 +66,8 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   // arithmetic gave, e.g. a growing row length in x[:, -1:]) is not part of the program. Nor is a stride
   // the program takes as an operand (a view into a growing storage).
   const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
-  const uint64_t runtime_strides = runtime_stride_dims(t);
+  const StorageHandle& storage = storage_handle(t);
+  const uint64_t runtime_strides = runtime_stride_dims(t, storage);
   for (size_t d = 0; d < strides.size(); ++d) {
     key.add(sizes[d] == 1 ? int64_t{0} : (runtime_strides >> d & 1) ? kRuntimeStride : strides[d]);
   }
@@ -85,7 +86,7 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
   }
   // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
   // covers it follows from the words above and below. The buffer's dims are the program parameter's.
-  const bool has_value = storage_handle(t).with_value([&](const PendingValue* pending, const runtime::Buffer* buffer) {
+  const bool has_value = storage.with_value([&](const PendingValue* pending, const runtime::Buffer* buffer) {
     if (pending) {  // fused mode: the dims its buffer will have, so one program serves both
       key.add(static_cast<int64_t>(pending->dtype));
       key.add_list(pending->dims.data(), pending->dims.size());
