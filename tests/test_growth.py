@@ -103,6 +103,88 @@ def test_views_of_a_grown_batch_compile_per_capacity(metrics):
     assert fallback_ops() == {}
 
 
+def penalty_step(ids: torch.Tensor, scores: torch.Tensor, cache: torch.Tensor, order: torch.Tensor):
+    """What generation does at each token with tensors that grow: a repetition penalty over the generated ids,
+    a beam reorder of the KV cache, counts of a mask; on whichever device the arguments are."""
+    picked = scores.gather(1, ids.clamp(max=scores.shape[1] - 1))
+    picked = torch.where(picked < 0, picked * 1.5, picked / 1.5)
+    penalised = scores.scatter(1, ids, picked)
+    mask = (ids % 3) != 0
+    return (penalised, cache.index_select(0, order) * 2, mask.sum(), mask.long().cumsum(-1),
+            (ids - 1).amax(-1), torch.isin(ids, torch.tensor([3, 5], device=ids.device)))
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_ops_over_grown_tensors_compile_per_capacity(mode, metrics):
+    # Elementwise ops, gather/scatter by grown indices, a beam reorder of a grown cache and sums read grown
+    # tensors padded to their capacity (aten/append.h): one program per capacity, CPU's values.
+    torch.manual_seed(0)
+    ids_cpu, cache_cpu = torch.randint(0, 50, (2, 5)), torch.randn(4, 2, 5, 8)
+    ids, cache = ids_cpu.to("tpu"), cache_cpu.to("tpu")
+    order_cpu = torch.tensor([1, 0, 3, 2])
+    with torchtpu.eager_mode(mode):
+        for _ in range(40):
+            piece, kv = torch.randint(0, 50, (2, 1)), torch.randn(4, 2, 1, 8)
+            ids_cpu, cache_cpu = torch.cat([ids_cpu, piece], 1), torch.cat([cache_cpu, kv], 2)
+            ids, cache = torch.cat([ids, piece.to("tpu")], 1), torch.cat([cache, kv.to("tpu")], 2)
+            scores_cpu = torch.randn(2, 50)  # wider than the ids get: a tensor of their length would not line up
+            got = penalty_step(ids, scores_cpu.to("tpu"), cache, order_cpu.to("tpu"))
+            expected = penalty_step(ids_cpu, scores_cpu, cache_cpu, order_cpu)
+            for g, e in zip(got, expected):
+                assert g.shape == e.shape and g.stride() == e.stride() and g.dtype == e.dtype
+                assert_close(g.cpu(), e, rtol=1e-6, atol=0)
+            # The reordered cache grows on: appending to it reads no more than a cat of the cache did.
+            cache, cache_cpu = cache.index_select(0, order_cpu.to("tpu")), cache_cpu.index_select(0, order_cpu)
+    # Lengths 6..45: capacities 16, 32 and 64, one program each, and one more at lengths 16 and 32, where a
+    # grown tensor fills its storage (no room: it runs as shaped).
+    ops = ("aten::gather", "aten::scatter.src", "aten::where.self", "aten::index_select", "aten::sum",
+           "aten::cumsum", "aten::amax", "aten::isin.Tensor_Tensor", "aten::remainder.Scalar", "torchtpu::_append_rows")
+    counts = {op: compiles(op) for op in ops}
+    assert all(n <= 5 for op, n in counts.items() if op != "torchtpu::_append_rows"), counts  # noqa
+    assert counts["torchtpu::_append_rows"] <= 8, counts
+    assert fallback_ops() == {}
+
+
+def test_a_result_over_grown_tensors_is_a_grown_tensor():
+    grown = torch.cat([torch.arange(12.0).reshape(2, 6).to("tpu"), torch.ones(2, 1, device="tpu")], 1)
+    doubled = grown * 2
+    assert doubled.shape == (2, 7) and doubled.is_contiguous()
+    assert doubled.untyped_storage().nbytes() == 2 * 16 * 4  # room for 16 rows, as its input has
+    longer = torch.cat([doubled, torch.full((2, 1), 5.0, device="tpu")], 1)
+    expected = torch.cat([torch.cat([torch.arange(12.0).reshape(2, 6), torch.ones(2, 1)], 1) * 2,
+                          torch.full((2, 1), 5.0)], 1)
+    assert torch.equal(longer.cpu(), expected)
+    assert torch.equal(doubled.view(14).cpu(), expected[:, :7].reshape(14))
+
+
+def test_calls_that_cannot_run_padded_run_as_shaped():
+    base, piece = torch.arange(12.0).reshape(2, 6), torch.ones(2, 1)
+    grown = torch.cat([base.to("tpu"), piece.to("tpu")], 1)
+    expected = torch.cat([base, piece], 1)
+    # A tensor of the same length that has not grown, and one that grew to another length.
+    plain = torch.arange(14.0).reshape(2, 7)
+    assert torch.equal((grown + plain.to("tpu")).cpu(), expected + plain)
+    other = torch.cat([grown, piece.to("tpu")], 1)
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        grown + other
+    # Writes into a grown tensor, and reductions that mix rows, keep their shapes too.
+    grown.mul_(2)
+    assert torch.equal(grown.cpu(), expected * 2)
+    assert_close(grown.softmax(-1).cpu(), (expected * 2).softmax(-1))
+    assert_close(grown.mean(-1).cpu(), (expected * 2).mean(-1))
+
+
+def test_indices_past_a_grown_length_raise_as_on_cpu():
+    # An index into the grown dim itself is checked against the length, not the capacity.
+    grown = torch.cat([torch.arange(12.0).reshape(2, 6).to("tpu"), torch.ones(2, 1, device="tpu")], 1)
+    past = torch.full((2, 1), 9, device="tpu")
+    with pytest.raises(RuntimeError, match="index 9 is out of bounds for dimension 1 with size 7"):
+        grown.gather(1, past).cpu()
+    with pytest.raises((IndexError, RuntimeError), match="index out of range in self"):
+        grown.index_select(1, torch.tensor([9], device="tpu")).cpu()
+    assert torch.equal(grown.gather(1, torch.full((2, 1), 6, device="tpu")).cpu(), torch.ones(2, 1))
+
+
 def test_cat_errors_read_as_on_cpu():
     with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
         torch.cat([torch.zeros(2, 12, device="tpu"), torch.zeros(3, 1, device="tpu")], 1)
@@ -145,9 +227,10 @@ def test_gradients_through_grown_keys_match_cpu():
         assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def first_generate_compiles(inputs: dict) -> tuple[int, int]:
+def first_generate_compiles(inputs: dict, **settings) -> tuple[int, int]:
     """Compiles of two first `generate` calls of a tiny HF Llama on tpu (10, then 90 new tokens), each checked
-    token for token against CPU. `inputs`: `generate`'s tensor arguments, on the CPU."""
+    token for token against CPU. `inputs`: `generate`'s tensor arguments, on the CPU; `settings`: more of its
+    arguments."""
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
@@ -159,7 +242,7 @@ def first_generate_compiles(inputs: dict) -> tuple[int, int]:
 
     def first_call(new_tokens):
         before = sum(op["compiles"] for op in torchtpu.metrics()["ops"].values())
-        kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+        kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, **settings)
         out = model_tpu.generate(**{name: t.to("tpu") for name, t in inputs.items()}, **kwargs)
         assert torch.equal(out.cpu(), model.generate(**inputs, **kwargs))
         return sum(op["compiles"] for op in torchtpu.metrics()["ops"].values()) - before
@@ -181,3 +264,15 @@ def test_hf_generate_for_a_batch_compiles_per_bucket_not_per_token():
     short, long = first_generate_compiles({"input_ids": torch.randint(0, 128, (2, 6)),
                                            "attention_mask": torch.ones(2, 6, dtype=torch.long)})
     assert long <= short and long < 90, (short, long)
+
+
+@pytest.mark.parametrize("setting", [{"repetition_penalty": 1.3}, {"num_beams": 2}])
+def test_hf_generate_with_a_penalty_or_beams_compiles_per_bucket_not_per_token(setting):
+    # The penalty gathers and scatters the scores at every generated id, and beam search reorders the cache:
+    # both read tensors of the growing length.
+    torch.manual_seed(1)
+    short, long = first_generate_compiles({"input_ids": torch.randint(0, 128, (2, 6)),
+                                           "attention_mask": torch.ones(2, 6, dtype=torch.long)}, **setting)
+    # Per token, the 80 tokens past the first call's capacity would compile 6-7 programs each (about 500); per
+    # capacity the second call compiles the new capacities' few, and beam search's programs for its new length.
+    assert long < 90, (short, long)

@@ -3,14 +3,18 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/_to_copy.h>
+#include <ATen/ops/_to_copy_native.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "aten/op_kernel.h"
 #include "aten/op_key.h"
 #include "aten/storage.h"
+#include "runtime/plugin.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -64,7 +68,10 @@ std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&, int64_t)>();
   const at::Tensor flat =
       append_rows.call(whole_storage(a), b.reshape({outer, added, inner}), at::Scalar(rows), capacity_for(rows + added));
-  storage_handle(flat).growing = true;
+  StorageHandle& grown = storage_handle(flat);
+  grown.growing = true;
+  grown.grown_outer = outer;
+  grown.grown_inner = inner;
   std::vector<int64_t> sizes = a.sizes().vec();
   sizes[static_cast<size_t>(d)] = rows + added;
   std::vector<int64_t> strides(sizes.size(), 1);
@@ -72,7 +79,125 @@ std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64
   return flat.as_strided(sizes, strides, 0);
 }
 
+// visit(argument index, tensor, whether it is a list element) for each tensor argument and each element of a
+// tensor-list argument.
+template <class Visit>
+void for_each_tensor(const torch::jit::Stack& stack, size_t first, const Visit& visit) {
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      visit(i - first, v.toTensor(), false);
+    } else if (is_tensor_list(v)) {
+      for (const at::Tensor& t : list_elements(v)) visit(i - first, t, true);
+    }
+  }
+}
+
+bool is_device_tensor(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// An op that indexes a grown tensor along its growing dim would check the indices against the padded size, so
+// an index past the length would read padding where CPU raises: such a call runs as shaped.
+bool indexes_own_rows(const OpInfo& info, const torch::jit::Stack& stack, size_t first, int64_t length) {
+  const c10::IValue& self = stack[first];
+  if (!self.isTensor() || !is_device_tensor(self.toTensor())) return false;
+  const at::Tensor& t = self.toTensor();
+  const StorageHandle& storage = storage_handle(t);
+  const std::optional<GrownRows> rows = storage.growing ? grown_rows(t, storage) : std::nullopt;
+  if (!rows || rows->length != length) return false;
+  const std::string& op = info.name;
+  if (op == "aten::gather" || op == "aten::scatter.src" || op == "aten::scatter.value" || op == "aten::index_select") {
+    return c10::maybe_wrap_dim(stack[first + 1].toInt(), t.dim()) == rows->dim;
+  }
+  if (op == "aten::index.Tensor") {
+    const std::vector<at::Tensor> indices = list_elements(stack[first + 1]);
+    return static_cast<int>(indices.size()) > rows->dim && indices[static_cast<size_t>(rows->dim)].defined();
+  }
+  return false;
+}
+
 }  // namespace
+
+RowPadding row_padding_of(const std::string& op) {
+  // Each result position reads the same position of its inputs, broadcast or not; or an index's position
+  // names which rows it reads (gather, index_select, index) or writes (scatter without a reduction: a
+  // padded index repeats the last real one with the last real value); or a prefix (cumsum); or it reduces
+  // with an idempotent operation (any, all, amax, amin). Not listed: ops that mix rows (softmax, mean,
+  // flip, sort, ...) and scatters that accumulate.
+  static const std::unordered_map<std::string, RowPadding> ops = [] {
+    std::unordered_map<std::string, RowPadding> m;
+    for (const char* name : {
+             "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", "aten::rsub.Tensor",
+             "aten::rsub.Scalar", "aten::mul.Tensor", "aten::mul.Scalar", "aten::div.Tensor", "aten::div.Scalar",
+             "aten::div.Tensor_mode", "aten::remainder.Tensor", "aten::remainder.Scalar", "aten::fmod.Tensor",
+             "aten::fmod.Scalar", "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor", "aten::maximum",
+             "aten::minimum", "aten::eq.Tensor", "aten::eq.Scalar", "aten::ne.Tensor", "aten::ne.Scalar",
+             "aten::lt.Tensor", "aten::lt.Scalar", "aten::le.Tensor", "aten::le.Scalar", "aten::gt.Tensor",
+             "aten::gt.Scalar", "aten::ge.Tensor", "aten::ge.Scalar", "aten::bitwise_and.Tensor",
+             "aten::bitwise_and.Scalar", "aten::bitwise_or.Tensor", "aten::bitwise_or.Scalar",
+             "aten::bitwise_xor.Tensor", "aten::bitwise_not", "aten::logical_and", "aten::logical_or",
+             "aten::logical_not", "aten::where.self", "aten::where.ScalarSelf", "aten::where.ScalarOther",
+             "aten::where.Scalar", "aten::clamp", "aten::clamp.Tensor", "aten::clamp_min", "aten::clamp_max",
+             "aten::neg", "aten::abs", "aten::exp", "aten::log", "aten::sigmoid", "aten::masked_fill.Scalar",
+             "aten::masked_fill.Tensor", "aten::clone", "aten::gather", "aten::scatter.src", "aten::scatter.value",
+             "aten::index_select", "aten::index.Tensor", "aten::isin.Tensor_Tensor", "aten::isin.Tensor_Scalar",
+             "aten::cumsum", "aten::any", "aten::any.dim", "aten::all", "aten::all.dim", "aten::amax",
+             "aten::amin"}) {
+      m.emplace(name, RowPadding::kEdge);
+    }
+    for (const char* name : {"aten::sum", "aten::sum.dim_IntList"}) m.emplace(name, RowPadding::kZero);
+    return m;
+  }();
+  const auto found = ops.find(op);
+  return found == ops.end() ? RowPadding::kNone : found->second;
+}
+
+std::optional<GrownRows> grown_rows(const at::Tensor& t, const StorageHandle& storage) {
+  if (!storage.growing || storage.grown_inner <= 0 || !starts_its_storage(t)) return std::nullopt;
+  const int64_t outer = storage.grown_outer, inner = storage.grown_inner;
+  // The dim whose outer dims hold `outer` elements and that leaves `inner` after it; unique for lengths > 1.
+  int64_t before = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t length = t.size(d);
+    if (before == outer && length > 1 && before * length * inner == t.numel()) {
+      const int64_t stored = stored_elements(t);
+      if (stored % (outer * inner) != 0 || stored / (outer * inner) <= length) return std::nullopt;
+      return GrownRows{static_cast<int>(d), length, stored / (outer * inner)};
+    }
+    before *= length;
+    if (before > outer) break;
+  }
+  return std::nullopt;
+}
+
+RowCall row_call(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
+  if (info.row_padding == RowPadding::kNone) return {};
+  RowCall call;
+  call.padding = info.row_padding;
+  bool runs_as_shaped = false;
+  for_each_tensor(stack, first, [&](size_t arg, const at::Tensor& t, bool) {
+    if (runs_as_shaped || !is_device_tensor(t)) return;
+    const StorageHandle& storage = storage_handle(t);
+    if (!storage.growing) return;
+    const std::optional<GrownRows> rows = grown_rows(t, storage);
+    if (!rows) return;
+    // A written grown tensor, and lengths that differ, keep their shapes.
+    runs_as_shaped = is_mutated(info, arg) || (call.length != 0 && call.length != rows->length) ||
+                     storage.grown_outer > kMaxPaddedBlocks || storage_layout(t).first != to_dtype(t.scalar_type());
+    call.length = rows->length;
+    call.padded = std::max(call.padded, rows->capacity);
+  });
+  if (call.length == 0 || runs_as_shaped || runtime::device_count() > 1) return {};
+  for_each_tensor(stack, first, [&](size_t, const at::Tensor& t, bool in_list) {
+    if (runs_as_shaped || !t.defined() || is_cpu_scalar(t)) return;
+    // Boolean or byte masks among index's indices select a data-dependent number of rows.
+    runs_as_shaped = in_list && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte);
+    if (!is_device_tensor(t) || (storage_handle(t).growing && grown_rows(t, storage_handle(t)))) return;
+    for (int64_t size : t.sizes()) runs_as_shaped |= size == call.length;
+  });
+  return runs_as_shaped || indexes_own_rows(info, stack, first, call.length) ? RowCall{} : call;
+}
 
 uint64_t runtime_stride_dims(const at::Tensor& t, const StorageHandle& storage) {
   if (!storage.growing || t.dim() > 64) return 0;
@@ -150,6 +275,31 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->emplace_back(std::move(seed));
   stack->emplace_back(std::move(offset));
   stack->emplace_back(at::Tensor());  // debug_attn_mask
+}
+
+at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                   std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<at::MemoryFormat> memory_format) {
+  const bool same_device = !device || (device->type() == self.device().type() &&
+                                       (!device->has_index() || device->index() == self.device().index()));
+  const bool dense = (!layout || *layout == at::kStrided) && !pin_memory.value_or(false) &&
+                     (!memory_format || *memory_format == at::MemoryFormat::Preserve ||
+                      *memory_format == at::MemoryFormat::Contiguous);
+  const bool real = !self.is_complex() && !(dtype && at::isComplexType(*dtype)) && !self.is_neg();
+  if (same_device && dense && real && starts_its_storage(self)) {
+    const StorageHandle& storage = storage_handle(self);
+    if (storage.growing && grown_rows(self, storage)) {
+      // Converting the whole storage converts the rows where they lie: the result is a grown array too.
+      const at::Tensor whole =
+          at::_to_copy(whole_storage(self), dtype, std::nullopt, std::nullopt, std::nullopt, non_blocking, std::nullopt);
+      StorageHandle& converted = storage_handle(whole);
+      converted.growing = true;
+      converted.grown_outer = storage.grown_outer;
+      converted.grown_inner = storage.grown_inner;
+      return whole.as_strided(self.sizes(), self.strides(), 0);
+    }
+  }
+  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
 }
 
 at::Tensor append_rows_meta(const at::Tensor& storage, const at::Tensor& piece, const at::Scalar& /*rows*/,

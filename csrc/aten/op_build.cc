@@ -6,6 +6,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <atomic>
@@ -87,6 +88,43 @@ c10::IValue to_meta(const c10::IValue& v) {
   // Shapes never depend on the generator, and some meta kernels (exponential_, cauchy_, ...) refuse a tpu one.
   if (v.isGenerator()) return c10::IValue();
   return v;
+}
+
+// A grown tensor of a padded call (aten/append.h) as its program reads it: padded to the call's capacity.
+c10::IValue to_padded_meta(const c10::IValue& v, const RowCall& rows) {
+  auto pad = [&](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return to_meta(t);
+    const StorageHandle& storage = storage_handle(t);
+    const std::optional<GrownRows> grown = storage.growing ? grown_rows(t, storage) : std::nullopt;
+    if (!grown || grown->length != rows.length) return to_meta(t);
+    std::vector<int64_t> sizes = t.sizes().vec();
+    sizes[static_cast<size_t>(grown->dim)] = rows.padded;
+    return at::empty(sizes, t.options().device(at::kMeta));
+  };
+  if (v.isTensor()) return pad(v.toTensor());
+  if (is_tensor_list(v)) {
+    std::vector<at::Tensor> elements = list_elements(v);
+    for (at::Tensor& t : elements) t = pad(t);
+    return make_list(v, elements);
+  }
+  return to_meta(v);
+}
+
+// How a padded call's result, `padded` as its meta kernel gives it for the padded arguments, follows the
+// length: the dim where `real` has the length and `padded` the capacity, -1 when the two are alike, -2 when
+// they differ otherwise (then the call runs as shaped). A growing result is contiguous, as a grown tensor is.
+int length_dim(const at::Tensor& real, const at::Tensor& padded, const RowCall& rows) {
+  if (real.defined() != padded.defined()) return -2;
+  if (!real.defined() || real.sizes() == padded.sizes()) return -1;
+  if (real.dim() != padded.dim() || real.scalar_type() != padded.scalar_type() || !real.is_contiguous()) return -2;
+  int dim = -1;
+  for (int64_t d = 0; d < real.dim(); ++d) {
+    if (real.size(d) == padded.size(d)) continue;
+    if (dim >= 0 || real.size(d) != rows.length || padded.size(d) != rows.padded) return -2;
+    dim = static_cast<int>(d);
+  }
+  if (c10::multiply_integers(real.sizes().slice(0, static_cast<size_t>(dim))) > kMaxPaddedBlocks) return -2;
+  return dim;
 }
 
 // The arguments with every device tensor replaced by a zero-filled CPU tensor of its size, strides and dtype.
@@ -269,7 +307,7 @@ void check_arguments_as_cpu(const c10::OperatorHandle& op, const OpInfo& info, c
 // order, which is the program's parameter order.
 class ProgramBuilder {
  public:
-  explicit ProgramBuilder(OpSignature& signature) : signature_(signature) {}
+  ProgramBuilder(OpSignature& signature, const RowCall& rows) : signature_(signature), rows_(rows) {}
 
   ir::Graph& graph() { return graph_; }
 
@@ -301,6 +339,22 @@ class ProgramBuilder {
     ir::Value whole = parameter({dtype, dims}, {ParamSource::Kind::kStorage, arg, element});
     parameter_shardings_.back() = storage_sharding(t);
     reads_.push_back({arg, element, last_parameter()});
+    if (rows_.length != 0) {
+      const StorageHandle& storage = storage_handle(t);
+      const std::optional<GrownRows> grown = storage.growing ? grown_rows(t, storage) : std::nullopt;
+      if (grown && grown->length == rows_.length) {
+        if (!row_length_.valid()) {
+          row_length_ = parameter({DType::kI64, {}}, {ParamSource::Kind::kRowLength, arg, element, grown->dim});
+          signature_.row_length_param = static_cast<int>(last_parameter());
+        }
+        std::vector<int64_t> sizes = t.sizes().vec();
+        sizes[static_cast<size_t>(grown->dim)] = rows_.padded;
+        ir::Value padded = lowering::read_padded_rows(graph_, flat(whole), storage.grown_outer, rows_.padded,
+                                                      storage.grown_inner, row_length_,
+                                                      rows_.padding == RowPadding::kZero);
+        return apply_lazy_bits(t, graph_.reshape(padded, sizes));
+      }
+    }
     // The common case, a tensor that is its whole buffer as shaped, reads the parameter itself.
     const bool whole_buffer =
         replaces_storage(t) && dtype == to_dtype(t.scalar_type()) && t.sizes() == c10::IntArrayRef(dims);
@@ -354,6 +408,9 @@ class ProgramBuilder {
     return result;
   }
 
+  // A padded call's length (the parameter made at the first grown tensor read).
+  ir::Value row_length() const { return row_length_; }
+
   // Marks each donation in the program, once the results are known: write w is result `first_write + w`.
   void alias_donations(size_t first_write) {
     for (const auto& [parameter, write] : signature_.donations) {
@@ -392,6 +449,8 @@ class ProgramBuilder {
     size_t parameter;  // the whole storage's parameter
   };
   OpSignature& signature_;
+  RowCall rows_;
+  ir::Value row_length_;
   ir::Graph graph_;
   std::vector<ir::Value> parameters_;
   std::vector<runtime::ShardingPtr> parameter_shardings_;
@@ -494,7 +553,7 @@ std::vector<WriteTarget> write_targets(const OpInfo& info, torch::jit::Stack& st
 }  // namespace
 
 std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack& stack,
-                                      size_t first) {
+                                      size_t first, bool pad_rows) {
   const size_t num_args = stack.size() - first;
   // Shape and dtype inference (and argument checking) by PyTorch's own meta kernels.
   // meta_args keeps the meta arguments alive: out= and other mutated ones are resized by the meta kernel.
@@ -528,12 +587,41 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
   }
   auto signature = std::make_shared<OpSignature>();
   signature->uses_rng = info.rule->uses_rng;
+  // A padded call: the meta kernel again, on the padded shapes the program computes with.
+  const RowCall rows = pad_rows ? row_call(info, stack, first) : RowCall{};
+  torch::jit::Stack padded_stack;
+  auto run_as_shaped = [] {
+    auto refused = std::make_shared<OpSignature>();
+    refused->runs_as_shaped = true;
+    return refused;
+  };
+  if (rows.length != 0) {
+    for (size_t i = first; i < stack.size(); ++i) padded_stack.push_back(to_padded_meta(stack[i], rows));
+    try {
+      op.callBoxed(&padded_stack);
+    } catch (const c10::Error&) {
+      return run_as_shaped();
+    }
+  }
+  const torch::jit::Stack& result_shapes = rows.length != 0 ? padded_stack : meta_stack;
 
   // The rule's outputs: functional results first (returns that alias no argument, in return order, lists
   // flattened), then the new values of the mutated tensors that are present, in argument order.
   std::vector<ir::Type> outputs;
   std::vector<bool> undefined_outputs;
   std::vector<at::Tensor> functional_meta;  // each functional output as the meta kernel made it
+  std::vector<int> length_dims;             // each functional output's dim that follows a padded call's length
+  // The program computes `padded` (the same as `real` unless the call is padded).
+  auto add_functional = [&](const at::Tensor& real, const at::Tensor& padded) {
+    const int dim = length_dim(real, padded, rows);
+    if (dim == -2) return false;
+    // An undefined result (output_mask false) gets a placeholder type; its rule returns an invalid Value.
+    outputs.push_back(padded.defined() ? ir_type(padded) : ir::Type{DType::kF32, {0}});
+    undefined_outputs.push_back(!real.defined());
+    functional_meta.push_back(real);
+    length_dims.push_back(dim);
+    return true;
+  };
   const auto& returns = op.schema().returns();
   size_t alias_index = 0;
   for (size_t j = 0; j < returns.size(); ++j) {
@@ -542,25 +630,23 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
       continue;
     }
     const c10::IValue& r = meta_stack.at(j);
+    const c10::IValue& shaped = result_shapes.at(j);
     if (r.isInt()) {
+      if (shaped.toInt() != r.toInt()) return run_as_shaped();
       signature->returns.push_back({ReturnPlan::Kind::kInt, 0, 0, r.toInt()});
       continue;
     }
     if (r.isTensorList()) {
-      const c10::List<at::Tensor> list = r.toTensorList();
+      const c10::List<at::Tensor> list = r.toTensorList(), shaped_list = shaped.toTensorList();
       signature->returns.push_back({ReturnPlan::Kind::kTensorList, outputs.size(), list.size()});
-      for (const at::Tensor& t : list) {
-        outputs.push_back(ir_type(t));
-        undefined_outputs.push_back(false);
-        functional_meta.push_back(t);
+      for (size_t k = 0; k < list.size(); ++k) {
+        if (!add_functional(list[k], shaped_list[k])) return run_as_shaped();
       }
     } else {
-      // An undefined result (output_mask false) gets a placeholder type; its rule returns an invalid Value.
-      const at::Tensor t = r.isNone() ? at::Tensor() : r.toTensor();
       signature->returns.push_back({ReturnPlan::Kind::kTensor, outputs.size(), 1});
-      outputs.push_back(t.defined() ? ir_type(t) : ir::Type{DType::kF32, {0}});
-      undefined_outputs.push_back(!t.defined());
-      functional_meta.push_back(t);
+      if (!add_functional(r.isNone() ? at::Tensor() : r.toTensor(), shaped.isNone() ? at::Tensor() : shaped.toTensor())) {
+        return run_as_shaped();
+      }
     }
   }
   const size_t num_functional = outputs.size();
@@ -583,7 +669,7 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     throw RunsOnCpu{};
   }
 
-  ProgramBuilder builder(*signature);
+  ProgramBuilder builder(*signature, rows);
   ir::Graph& g = builder.graph();
   // The promotion runs over the inputs: an out= tensor (the last arguments) only receives the result.
   const size_t inputs = info.is_out_variant && !info.mutated.empty()
@@ -692,7 +778,19 @@ std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& inf
     binding.sizes = outputs[r].dims;
     binding.dtype = to_scalar_type(outputs[r].dtype);
     binding.buffer_dtype = outputs[r].dtype;
-    if (r < num_functional) {
+    if (r < num_functional && length_dims[r] >= 0) {
+      // A grown result: the padded rows packed as a grown array of its own, sized per call.
+      const int dim = length_dims[r];
+      const c10::IntArrayRef real = functional_meta[r].sizes();
+      binding.sizes = real.vec();
+      binding.length_dim = dim;
+      binding.grown_outer = c10::multiply_integers(real.slice(0, static_cast<size_t>(dim)));
+      binding.grown_inner = c10::multiply_integers(real.slice(static_cast<size_t>(dim) + 1));
+      value = lowering::pack_rows(g, g.reshape(value, {binding.grown_outer, rows.padded, binding.grown_inner}),
+                                  builder.row_length());
+      binding.buffer_dims = g.type(value).dims;
+      signature->functional.push_back(binding);
+    } else if (r < num_functional) {
       // The buffer keeps the result's shape, its dims in memory order for a result that is not row-major.
       binding.buffer_dims = outputs[r].dims;
       const std::vector<int64_t> order = memory_order(functional_meta[r]);

@@ -20,7 +20,9 @@ struct RunsOnCpu {};
 
 // Builds and compiles the program for this call. Raises CPU's error for bad arguments. Resizes out=
 // arguments. Afterwards info.static_scalars includes every scalar argument the rule read at compile time.
+// `pad_rows`: a call over grown tensors runs padded to capacity (aten/append.h), or, when its results do not
+// follow its length, gets a signature without a program that says it runs as shaped.
 std::shared_ptr<OpSignature> build_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack& stack,
-                                      size_t first);
+                                      size_t first, bool pad_rows);
 
 }  // namespace torchtpu::aten

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aten/append.h"
+
 namespace torchtpu::aten {
 namespace {
 
@@ -154,6 +156,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
     }
   }
   find_overflow_checked_scalars(schema, *info);
+  info->row_padding = row_padding_of(info->name);
   info->counters = &op_counters(info->name);
   return info;
 }

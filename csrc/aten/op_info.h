@@ -15,6 +15,12 @@
 
 namespace torchtpu::aten {
 
+// Whether an op may run on tensors that grow (aten/append.h) padded to their capacity, so that one program
+// serves every length: kEdge when each result position reads only the same position of its inputs (or the
+// positions an index names), so rows padded with copies of the last real one change no real result; kZero
+// for sums, which padding with zeros leaves unchanged.
+enum class RowPadding : uint8_t { kNone, kEdge, kZero };
+
 // How an argument of the schema reaches the program.
 enum class ArgClass {
   kTensor,         // Tensor / Tensor?: a storage parameter (a 0-dim CPU tensor: a scalar operand)
@@ -50,6 +56,7 @@ struct OpInfo {
   // (addcmul's and addcdiv's value), or not at all (where's scalars; fill_ of a single element).
   enum class HalfScalars : uint8_t { kChecked, kAsFloat, kUnchecked, kUncheckedForOneElement };
   HalfScalars half_scalars = HalfScalars::kChecked;
+  RowPadding row_padding = RowPadding::kNone;
 
   // Recompilation watch: the signatures of the latest compiles, for the one warning when an op keeps
   // compiling (see recompile_warning_threshold()).

@@ -122,6 +122,10 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
       const int64_t stride = tensors.get(source.arg, source.element).stride(source.dim);
       return scalar_buffer(DType::kI64, &stride, sizeof stride, device);
     }
+    case ParamSource::Kind::kRowLength: {
+      const int64_t length = tensors.get(source.arg, source.element).size(source.dim);
+      return scalar_buffer(DType::kI64, &length, sizeof length, device);
+    }
     case ParamSource::Kind::kRngState: {
       const c10::IValue* generator = nullptr;
       for (size_t i = first; i < stack.size(); ++i) {
@@ -136,8 +140,29 @@ runtime::BufferPtr param_buffer(const ParamSource& source, const torch::jit::Sta
   return nullptr;
 }
 
+// A padded call's length (aten/append.h), or 0.
+int64_t row_length(const OpSignature& signature, CallTensors& tensors) {
+  if (signature.row_length_param < 0) return 0;
+  const ParamSource& source = signature.params[static_cast<size_t>(signature.row_length_param)];
+  return tensors.get(source.arg, source.element).size(source.dim);
+}
+
 // A fresh tensor on the current tpu device, without a dispatch; its storage is bound by the caller.
-at::Tensor new_tensor(const OutputBinding& binding) {
+// `row_length`: the length of a padded call's grown results.
+at::Tensor new_tensor(const OutputBinding& binding, int64_t row_length) {
+  if (binding.length_dim >= 0) {
+    // A grown array: a storage of the padded rows, the tensor the call's length of them.
+    at::Tensor t = empty_memory_format({c10::multiply_integers(binding.buffer_dims)}, binding.dtype, std::nullopt,
+                                       std::nullopt, std::nullopt, std::nullopt);
+    c10::SmallVector<int64_t, 6> sizes(binding.sizes.begin(), binding.sizes.end());
+    sizes[static_cast<size_t>(binding.length_dim)] = row_length;
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+    StorageHandle& storage = storage_handle(t);
+    storage.growing = true;
+    storage.grown_outer = binding.grown_outer;
+    storage.grown_inner = binding.grown_inner;
+    return t;
+  }
   if (!binding.strides.empty()) {
     return empty_strided(binding.sizes, binding.strides, binding.dtype, std::nullopt, std::nullopt, std::nullopt);
   }
@@ -149,13 +174,14 @@ at::Tensor new_tensor(const OutputBinding& binding) {
 // argument.
 template <class Bind>
 void push_returns(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& stack, size_t first,
-                  const Bind& bind) {
+                  CallTensors& tensors, const Bind& bind) {
   c10::SmallVector<c10::IValue, 4> returned;
   size_t next_output = 0;  // program output index; undefined results have none
+  const int64_t length = row_length(signature, tensors);
   auto functional_result = [&](size_t binding_index) {
     const OutputBinding& binding = signature.functional.at(binding_index);
     if (!binding.defined) return at::Tensor();
-    at::Tensor t = new_tensor(binding);
+    at::Tensor t = new_tensor(binding, length);
     bind(binding, t.storage(), next_output++);
     return t;
   };
@@ -215,7 +241,7 @@ void run(const OpInfo& info, const OpSignature& signature, torch::jit::Stack& st
     info.counters->executions++;
     for (size_t w = 0; w < written.size(); ++w) write_lock.set_buffer(*written[w], std::move(outputs[signature.first_write + w]));
   }
-  push_returns(info, signature, stack, first, [&](const OutputBinding&, const c10::Storage& storage, size_t output) {
+  push_returns(info, signature, stack, first, tensors, [&](const OutputBinding&, const c10::Storage& storage, size_t output) {
     storage_handle(storage).set_buffer(std::move(outputs[output]));
   });
   if (checks) {
@@ -263,7 +289,7 @@ void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, t
     trace.bind(op, static_cast<int>(signature->first_write + w), tensors.get(write.arg, write.element).storage(),
                write.buffer_dtype, write.buffer_dims);
   }
-  push_returns(info, *signature, stack, first, [&](const OutputBinding& binding, const c10::Storage& storage, size_t output) {
+  push_returns(info, *signature, stack, first, tensors, [&](const OutputBinding& binding, const c10::Storage& storage, size_t output) {
     trace.bind(op, static_cast<int>(output), storage, binding.buffer_dtype, binding.buffer_dims);
   });
   if (signature->checks_values) {
@@ -411,10 +437,14 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
       return;
     }
     const uint64_t static_scalars = info.static_scalars.load();
+    // A call over grown tensors first tries its padded program (aten/append.h); one whose results do not
+    // follow the length finds a signature saying so and runs as shaped.
+    bool pad_rows = true;
     // Threads racing for one new program compile it once; the others wait and take it as a hit.
     auto build = [&] {
       const std::vector<std::vector<int64_t>> mutated_sizes = sizes_of_mutated(info, *stack, first);
-      std::shared_ptr<OpSignature> built = build_op(op, info, *stack, first);
+      std::shared_ptr<OpSignature> built = build_op(op, info, *stack, first, pad_rows);
+      if (built->runs_as_shaped) return std::make_pair(built, true);
       info.counters->compiles++;
       watch_recompiles(info, *stack, first);
       // A program is filed under the key of the arguments as they came (building resizes out= tensors). If
@@ -423,7 +453,7 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
       // when building resized nothing (else the program runs once unfiled).
       if (info.static_scalars.load() == static_scalars) return std::make_pair(built, true);
       if (sizes_of_mutated(info, *stack, first) == mutated_sizes) {
-        program_cache().insert(op_key(info, *stack, first), built);
+        program_cache().insert(op_key(info, *stack, first, pad_rows), built);
       }
       return std::make_pair(built, false);
     };
@@ -431,6 +461,10 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
     std::shared_ptr<OpSignature> signature;
     try {
       signature = program_cache().find_or_build(op_key(info, *stack, first), build, built);
+      if (signature->runs_as_shaped) {
+        pad_rows = false;
+        signature = program_cache().find_or_build(op_key(info, *stack, first, false), build, built);
+      }
     } catch (const RunsOnCpu&) {
       // The fallback consumes its stack: it gets its own references to the arguments.
       torch::jit::Stack arguments(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());

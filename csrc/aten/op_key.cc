@@ -23,6 +23,7 @@ enum Tag : int64_t {
   kInt = 12,
   kComplex = 13,
   kRuntimeStride = -4,  // in a tensor's strides: one its program takes as an operand (strides are >= 0)
+  kGrownRows = -5,      // a grown tensor read padded to capacity: its length is an operand (aten/append.h)
 };
 
 int64_t scalar_tag(const c10::IValue& v) {
@@ -45,28 +46,13 @@ void add_value(cache::ProgramKey& key, const c10::IValue& v) {
   }
 }
 
-
-void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
-  if (!t.defined()) {
-    key.add(kUndefined);
-    return;
-  }
-  // The conjugate and negative bits of a lazy conj() / neg view change what a read of it computes.
-  key.add(static_cast<int64_t>(t.scalar_type()) | (t.is_conj() ? 0x100 : 0) | (t.is_neg() ? 0x200 : 0));
-  if (is_cpu_scalar(t)) {
-    // The value is a runtime operand. Wrapped numbers (from Python scalars) promote differently from
-    // other 0-dim tensors, so the flag is part of the program.
-    key.add(kCpuScalarTensor);
-    key.add(t.unsafeGetTensorImpl()->is_wrapped_number());
-    return;
-  }
-  key.add(kDeviceTensor);
+// The sizes and strides of a tensor's view.
+void add_view(cache::ProgramKey& key, const at::Tensor& t, const StorageHandle& storage) {
   key.add_list(t.sizes().data(), t.sizes().size());
   // A dim of size 1 never moves the address: its stride (which PyTorch leaves at whatever the view
   // arithmetic gave, e.g. a growing row length in x[:, -1:]) is not part of the program. Nor is a stride
   // the program takes as an operand (a view into a growing storage).
   const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
-  const StorageHandle& storage = storage_handle(t);
   const uint64_t runtime_strides = runtime_stride_dims(t, storage);
   for (size_t d = 0; d < strides.size(); ++d) {
     key.add(sizes[d] == 1 ? int64_t{0} : (runtime_strides >> d & 1) ? kRuntimeStride : strides[d]);
@@ -84,8 +70,10 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
       key.add(larger * 64 + equal);
     }
   }
-  // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
-  // covers it follows from the words above and below. The buffer's dims are the program parameter's.
+}
+
+// The dtype and dims of the buffer (or pending value) a tensor's storage holds.
+void add_storage(cache::ProgramKey& key, const at::Tensor& t, const StorageHandle& storage) {
   const bool has_value = storage.with_value([&](const PendingValue* pending, const runtime::Buffer* buffer) {
     if (pending) {  // fused mode: the dims its buffer will have, so one program serves both
       key.add(static_cast<int64_t>(pending->dtype));
@@ -103,6 +91,38 @@ void add_tensor(cache::ProgramKey& key, const at::Tensor& t) {
     key.add(static_cast<int64_t>(dtype));
     key.add_list(&numel, 1);
   }
+}
+
+// `row_length`: the length of the grown tensors a padded call reads (aten/append.h), else 0.
+void add_tensor(cache::ProgramKey& key, const at::Tensor& t, int64_t row_length) {
+  if (!t.defined()) {
+    key.add(kUndefined);
+    return;
+  }
+  // The conjugate and negative bits of a lazy conj() / neg view change what a read of it computes.
+  key.add(static_cast<int64_t>(t.scalar_type()) | (t.is_conj() ? 0x100 : 0) | (t.is_neg() ? 0x200 : 0));
+  if (is_cpu_scalar(t)) {
+    // The value is a runtime operand. Wrapped numbers (from Python scalars) promote differently from
+    // other 0-dim tensors, so the flag is part of the program.
+    key.add(kCpuScalarTensor);
+    key.add(t.unsafeGetTensorImpl()->is_wrapped_number());
+    return;
+  }
+  key.add(kDeviceTensor);
+  const StorageHandle& storage = storage_handle(t);
+  const std::optional<GrownRows> rows = row_length != 0 && storage.growing ? grown_rows(t, storage) : std::nullopt;
+  if (rows && rows->length == row_length) {
+    // Contiguous: the sizes but the length say it all; the capacity is in the buffer's dims below.
+    key.add(kGrownRows);
+    key.add(rows->dim);
+    key.add(t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) key.add(d == rows->dim ? int64_t{0} : t.size(d));
+  } else {
+    add_view(key, t, storage);
+  }
+  // The storage offset is a runtime operand: a view that covers its storage has offset 0, and whether it
+  // covers it follows from the words above and below. The buffer's dims are the program parameter's.
+  add_storage(key, t, storage);
 }
 
 void add_static(const OpInfo& info, cache::ProgramKey& key, const c10::IValue& v) {
@@ -180,10 +200,12 @@ std::vector<c10::IValue> host_arguments(const torch::jit::Stack& stack, size_t f
   return args;
 }
 
-cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
+cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first, bool pad_rows) {
   cache::ProgramKey key;
   key.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&info)));
   key.add(value_checks_enabled());  // whether the program makes its rule's value checks
+  const int64_t row_length = pad_rows ? row_call(info, stack, first).length : 0;
+  key.add(row_length != 0);
   const uint64_t static_scalars = info.static_scalars.load(std::memory_order_relaxed);
   for (size_t i = first; i < stack.size(); ++i) {
     const size_t arg = i - first;
@@ -192,7 +214,7 @@ cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, siz
     switch (info.arg_classes[arg]) {
       case ArgClass::kTensor:
         if (v.isNone()) key.add(kNone);
-        else add_tensor(key, v.toTensor());
+        else add_tensor(key, v.toTensor(), row_length);
         break;
       case ArgClass::kTensorList: {
         if (!is_tensor_list(v)) {
@@ -202,11 +224,11 @@ cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, siz
         if (v.isTensorList()) {
           const c10::List<at::Tensor> list = v.toTensorList();
           key.add(static_cast<int64_t>(list.size()));
-          for (const at::Tensor& t : list) add_tensor(key, t);
+          for (const at::Tensor& t : list) add_tensor(key, t, row_length);
         } else {
           const auto list = v.toOptionalTensorList();
           key.add(static_cast<int64_t>(list.size()));
-          for (const std::optional<at::Tensor>& t : list) add_tensor(key, t.value_or(at::Tensor()));
+          for (const std::optional<at::Tensor>& t : list) add_tensor(key, t.value_or(at::Tensor()), row_length);
         }
         break;
       }

@@ -14,13 +14,16 @@ namespace torchtpu::aten {
 
 // The op and whether value checks are on, then per argument what shapes its program:
 //   device tensor: dtype, sizes, strides, the storage's element type and length (the storage offset of a
-//                  view over part of its storage is an operand);
+//                  view over part of its storage is an operand); a grown tensor that a padded call reads
+//                  (aten/append.h): its sizes but the length, which is an operand;
 //   0-dim CPU tensor: dtype and whether it is a wrapped Python number (type promotion differs), not its value;
 //   Scalar / float: its kind (float, int, bool), plus its value only if the rule reads it at compile time,
 //                   else whether it is its schema default of 1 (passes_unit_default);
 //   Scalar[]: its length and element kinds (values likewise);
 //   anything else (dims, sizes, flags, strings): its value.
-cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first);
+// `pad_rows`: a call over grown tensors may run padded to capacity (aten/append.h row_call); false for the
+// key of the same call run as shaped.
+cache::ProgramKey op_key(const OpInfo& info, const torch::jit::Stack& stack, size_t first, bool pad_rows = true);
 
 // "f32[8, 64], f32[64]@offset, alpha=1 (static)", for the recompilation warning. Only built on a miss.
 std::string describe_call(const OpInfo& info, const torch::jit::Stack& stack, size_t first);

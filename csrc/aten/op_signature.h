@@ -28,6 +28,7 @@ struct ParamSource {
     kIntList,      // an int[] argument of a rule with int_lists_are_operands: its values as one i64 array
     kOffset,       // the storage offset (elements) of a tensor argument's view, as i64
     kStride,       // the stride (elements) of dim `dim` of a tensor argument's view, as i64 (aten/append.h)
+    kRowLength,    // the size of dim `dim` of a grown tensor argument, as i64: a padded call's length
     kRngState,     // the generator's (seed, offset) for this call
     kWriteBase,    // the whole storage of a mutated argument, which a partial write scatters into
     kCheckState,   // the device's value-check error state (aten/value_checks.h)
@@ -35,7 +36,7 @@ struct ParamSource {
   Kind kind;
   size_t arg = 0;    // argument index (not used by kRngState)
   int element = -1;  // element of a tensor-list argument, or -1
-  int dim = -1;      // kStride: the dim
+  int dim = -1;      // kStride, kRowLength: the dim
 };
 
 // How one program result is bound: a new tensor, or the new storage contents of a mutated argument.
@@ -48,6 +49,11 @@ struct OutputBinding {
   int element = -1;            // for writes into a tensor list: the element
   bool defined = true;         // false: an undefined result (a backward op's output_mask entry was false)
   std::vector<int64_t> strides;  // a functional output's strides when not row-major (the meta kernel's), else empty
+  // A padded call's result that grows with its inputs (aten/append.h): this dim of `sizes` is the call's
+  // length, and the buffer is a grown array with `grown_outer` elements before the dim and `grown_inner` after.
+  int length_dim = -1;
+  int64_t grown_outer = 0;
+  int64_t grown_inner = 0;
 };
 
 // What the schema's returns are made of, in return order.
@@ -78,6 +84,11 @@ struct OpSignature {
   int64_t rng_draws = 0;
   // The program makes value checks: its last result is the device's new error state.
   bool checks_values = false;
+  // A padded call (aten/append.h): the parameter that takes its length, or -1.
+  int row_length_param = -1;
+  // No program: this call was keyed to run padded, but its results do not follow its length along one dim
+  // (or its meta kernel refused the padded shapes); it runs as shaped.
+  bool runs_as_shaped = false;
 };
 
 }  // namespace torchtpu::aten

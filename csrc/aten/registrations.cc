@@ -31,6 +31,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&attention_kernel>());
   m.impl("_copy_from", &copy_from);
+  m.impl("_to_copy", &to_copy);
   m.impl("_fused_sdp_choice", &fused_sdp_choice);
   m.impl("_has_compatible_shallow_copy_type", &has_compatible_shallow_copy_type);
   m.impl("_copy_from_and_resize", &copy_from_and_resize);

@@ -60,8 +60,12 @@ struct StorageHandle {
   // `external_trace` is that trace's id), so a storage read again in one trace skips the trace's lookups.
   uint64_t external_trace = 0;
   int trace_external = -1;
-  // Made by an append with spare capacity (aten/append.h); set once, before anything else sees the storage.
+  // Made by an append with spare capacity, or by an op over such tensors (aten/append.h): the storage starts
+  // with a contiguous [grown_outer, length, grown_inner] array and has room for more rows. Set once, before
+  // anything else sees the storage.
   bool growing = false;
+  int64_t grown_outer = 0;
+  int64_t grown_inner = 0;
 
   // The buffer, null until first written (reads see zeros). A thread may read a storage while another
   // rewrites it, as on CUDA, so the pointer is copied and replaced only under the handle's lock.

@@ -219,4 +219,45 @@ Value write_view(Graph& g, Value flat, const ViewGeometry& view, Value value, Va
   return g.scatter_flat(typed, flat_indices(g, view, offset, strides), value);
 }
 
+// Row block o of a grown array starts at o * length * inner: one dynamic slice per block (a gather of computed
+// positions, of elements or of whole rows, costs several times more on the CPU plugin; a while loop over the
+// blocks is no faster).
+Value read_padded_rows(Graph& g, Value flat, int64_t outer, int64_t padded, int64_t inner, Value length, bool zeros) {
+  const DType dtype = g.type(flat).dtype;
+  const int64_t stored = g.type(flat).dims[0], block = padded * inner;
+  // A block read past the storage's own capacity (padding to a larger one) stays inside: zeros after it.
+  if (stored < outer * block) flat = g.pad(flat, g.constant_int(0, dtype), {0}, {outer * block - stored});
+  Value n = g.convert(length, DType::kI64);
+  Value row_elements = g.binary("multiply", n, g.constant_int(inner, DType::kI64));
+  Value zero = g.constant_int(0, DType::kI64);
+  std::vector<Value> parts;
+  for (int64_t o = 0; o < outer; ++o) {
+    Value start = g.binary("multiply", g.constant_int(o, DType::kI64), row_elements);
+    parts.push_back(g.reshape(g.dynamic_slice(flat, {start}, {block}), {1, padded, inner}));
+  }
+  Value blocks = g.concatenate(parts, 0);
+  // Rows from `length` on hold the next block's start: copies of the last real row, or zeros, instead.
+  const std::vector<int64_t> dims = {outer, padded, inner};
+  Value real = g.compare(g.iota(Type{DType::kI64, dims}, 1), g.broadcast_in_dim(n, dims, {}), ir::Comparison::kLT);
+  Value fill = zeros ? g.constant_int(0, dtype, dims)
+                     : g.broadcast_in_dim(g.reshape(g.dynamic_slice(blocks, {zero, g.binary("subtract", n, g.constant_int(1, DType::kI64)), zero},
+                                                                    {outer, 1, inner}),
+                                                    {outer, inner}),
+                                          dims, {0, 2});
+  return g.select(real, blocks, fill);
+}
+
+Value pack_rows(Graph& g, Value value, Value length) {
+  // Block o goes to o * length * inner, in order: each write's padded rows are overwritten by the next block.
+  const std::vector<int64_t> dims = g.type(value).dims;
+  const int64_t outer = dims[0], padded = dims[1], inner = dims[2];
+  Value row_elements = g.binary("multiply", g.convert(length, DType::kI64), g.constant_int(inner, DType::kI64));
+  Value out = g.constant_int(0, g.type(value).dtype, {outer * padded * inner});
+  for (int64_t o = 0; o < outer; ++o) {
+    Value rows = g.reshape(g.slice(value, {o, 0, 0}, {o + 1, padded, inner}, {1, 1, 1}), {padded * inner});
+    out = g.dynamic_update_slice(out, rows, {g.binary("multiply", g.constant_int(o, DType::kI64), row_elements)});
+  }
+  return out;
+}
+
 }  // namespace torchtpu::lowering

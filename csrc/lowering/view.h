@@ -39,4 +39,13 @@ ir::Value read_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, 
 ir::Value write_view(ir::Graph& graph, ir::Value flat, const ViewGeometry& view, ir::Value value,
                      ir::Value offset = {}, const std::vector<ir::Value>& strides = {});
 
+// A grown array (aten/append.h): `flat` starts with a contiguous [outer, length, inner] array, `length` a
+// rank-0 i64 value at run time. Returns it as [outer, padded, inner], rows from `length` on copies of the
+// last real row, or zeros when `zeros` is set. Both directions cost a dynamic slice per outer block.
+ir::Value read_padded_rows(ir::Graph& graph, ir::Value flat, int64_t outer, int64_t padded, int64_t inner,
+                           ir::Value length, bool zeros);
+// The inverse: `value` ([outer, padded, inner]) as a 1-d array of the same size that starts with its first
+// `length` rows, contiguous as [outer, length, inner].
+ir::Value pack_rows(ir::Graph& graph, ir::Value value, ir::Value length);
+
 }  // namespace torchtpu::lowering

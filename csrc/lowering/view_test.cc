@@ -1,4 +1,6 @@
 // Strided view reads and writes, checked numerically on the plugin against the obvious host loops.
+#include <algorithm>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -127,6 +129,48 @@ TEST_CASE("a runtime stride and offset serve every row length") {
       const bool inside = i < 2 * row_length && i % row_length >= row_length - 3;
       EXPECT(written[static_cast<size_t>(i)] == (inside ? -1.0f : static_cast<float>(i)));
     }
+  }
+}
+
+TEST_CASE("grown rows read padded and packed back at every length") {
+  // A [2, length, 3] array at the start of a storage with room for 8 rows, read as [2, 8, 3] (edge or zero
+  // padding) and packed back: one program per direction, three lengths.
+  const int64_t outer = 2, capacity = 8, inner = 3, n = outer * capacity * inner;
+  const auto flat = storage(n);
+  std::unique_ptr<runtime::Executable> read[2], round_trip;
+  for (int zeros = 0; zeros < 2; ++zeros) {
+    ir::Graph g;
+    ir::Value p = g.parameter(ir::Type{DType::kF32, {n}});
+    ir::Value length = g.parameter(ir::Type{DType::kI64, {}});
+    g.set_results({g.reshape(read_padded_rows(g, p, outer, capacity, inner, length, zeros == 1), {n})});
+    read[zeros] = runtime::compile(g.emit(), {{DType::kF32, {n}}});
+  }
+  {
+    ir::Graph g;
+    ir::Value p = g.parameter(ir::Type{DType::kF32, {n}});
+    ir::Value length = g.parameter(ir::Type{DType::kI64, {}});
+    g.set_results({pack_rows(g, read_padded_rows(g, p, outer, capacity, inner, length, false), length)});
+    round_trip = runtime::compile(g.emit(), {{DType::kF32, {n}}});
+  }
+  auto in = runtime::upload(flat.data(), DType::kF32, {n}, 0, nullptr);
+  for (int64_t length : {1, 5, 8}) {
+    auto operand = runtime::upload(&length, DType::kI64, {}, 0, nullptr);
+    for (int zeros = 0; zeros < 2; ++zeros) {
+      std::vector<float> got(static_cast<size_t>(n));
+      runtime::download(*read[zeros]->execute(0, {in.get(), operand.get()})[0], got.data());
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t r = 0; r < capacity; ++r) {
+          for (int64_t e = 0; e < inner; ++e) {
+            const int64_t source = (o * length + std::min(r, length - 1)) * inner + e;
+            const float expected = r >= length && zeros ? 0.0f : flat[static_cast<size_t>(source)];
+            EXPECT(got[static_cast<size_t>((o * capacity + r) * inner + e)] == expected);
+          }
+        }
+      }
+    }
+    std::vector<float> packed(static_cast<size_t>(n));
+    runtime::download(*round_trip->execute(0, {in.get(), operand.get()})[0], packed.data());
+    for (int64_t i = 0; i < outer * length * inner; ++i) EXPECT(packed[static_cast<size_t>(i)] == flat[static_cast<size_t>(i)]);
   }
 }
 
