@@ -9,6 +9,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 #include "aten/op_kernel.h"
@@ -68,10 +69,7 @@ std::optional<at::Tensor> append(const at::Tensor& a, const at::Tensor& b, int64
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&, int64_t)>();
   const at::Tensor flat =
       append_rows.call(whole_storage(a), b.reshape({outer, added, inner}), at::Scalar(rows), capacity_for(rows + added));
-  StorageHandle& grown = storage_handle(flat);
-  grown.growing = true;
-  grown.grown_outer = outer;
-  grown.grown_inner = inner;
+  mark_grown(storage_handle(flat), outer, inner);
   std::vector<int64_t> sizes = a.sizes().vec();
   sizes[static_cast<size_t>(d)] = rows + added;
   std::vector<int64_t> strides(sizes.size(), 1);
@@ -117,7 +115,17 @@ bool indexes_own_rows(const OpInfo& info, const torch::jit::Stack& stack, size_t
   return false;
 }
 
+// Until a process makes its first grown array, no call looks for one.
+std::atomic<bool> grown_arrays_made{false};
+
 }  // namespace
+
+void mark_grown(StorageHandle& storage, int64_t outer, int64_t inner) {
+  storage.growing = true;
+  storage.grown_outer = outer;
+  storage.grown_inner = inner;
+  grown_arrays_made.store(true, std::memory_order_relaxed);
+}
 
 RowPadding row_padding_of(const std::string& op) {
   // Each result position reads the same position of its inputs, broadcast or not; or an index's position
@@ -172,7 +180,7 @@ std::optional<GrownRows> grown_rows(const at::Tensor& t, const StorageHandle& st
 }
 
 RowCall row_call(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
-  if (info.row_padding == RowPadding::kNone) return {};
+  if (info.row_padding == RowPadding::kNone || !grown_arrays_made.load(std::memory_order_relaxed)) return {};
   RowCall call;
   call.padding = info.row_padding;
   bool runs_as_shaped = false;
@@ -292,10 +300,7 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
       // Converting the whole storage converts the rows where they lie: the result is a grown array too.
       const at::Tensor whole =
           at::_to_copy(whole_storage(self), dtype, std::nullopt, std::nullopt, std::nullopt, non_blocking, std::nullopt);
-      StorageHandle& converted = storage_handle(whole);
-      converted.growing = true;
-      converted.grown_outer = storage.grown_outer;
-      converted.grown_inner = storage.grown_inner;
+      mark_grown(storage_handle(whole), storage.grown_outer, storage.grown_inner);
       return whole.as_strided(self.sizes(), self.strides(), 0);
     }
   }

@@ -35,6 +35,9 @@ RowPadding row_padding_of(const std::string& op);
 // blocks than this (a KV cache of many heads) run as shaped.
 constexpr int64_t kMaxPaddedBlocks = 8;
 
+// Marks a new storage as a grown array [outer, length, inner] (set before anything else sees it).
+void mark_grown(StorageHandle& storage, int64_t outer, int64_t inner);
+
 struct GrownRows {
   int dim = -1;          // the dim that grows
   int64_t length = 0;    // its size

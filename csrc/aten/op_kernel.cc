@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 
+#include "aten/append.h"
 #include "aten/device_error.h"
 #include "aten/generator.h"
 #include "aten/op_build.h"
@@ -157,10 +158,7 @@ at::Tensor new_tensor(const OutputBinding& binding, int64_t row_length) {
     c10::SmallVector<int64_t, 6> sizes(binding.sizes.begin(), binding.sizes.end());
     sizes[static_cast<size_t>(binding.length_dim)] = row_length;
     t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
-    StorageHandle& storage = storage_handle(t);
-    storage.growing = true;
-    storage.grown_outer = binding.grown_outer;
-    storage.grown_inner = binding.grown_inner;
+    mark_grown(storage_handle(t), binding.grown_outer, binding.grown_inner);
     return t;
   }
   if (!binding.strides.empty()) {
