@@ -344,32 +344,34 @@ std::vector<Value> lower_nonzero_static(LoweringContext& ctx) {
 // A growing cat (aten/append.cc): `storage` (1-d) starts with a contiguous [outer, rows, inner] array, `piece`
 // is [outer, m, inner]; the result (1-d, [outer * capacity * inner]) starts with their concatenation along
 // the middle dim, contiguous as [outer, rows + m, inner], and holds zeros after it. `rows` is an operand,
-// so one program serves every length that fits `capacity`.
+// so one program serves every length that fits `capacity`. Each outer block moves with one dynamic slice
+// and one dynamic update (a gather of computed positions cost 20-35x CPU's cat on an [8, 8, 200, 64] cache):
+// block o of the old array, read with what follows it up to a whole old block's size, is written at its new
+// place, then its new rows after it; the next block's writes overwrite what the read carried along.
 std::vector<Value> lower_append_rows(LoweringContext& ctx) {
   Graph& g = ctx.graph;
   const Type& pt = ctx.type_of(1);
   const int64_t outer = pt.dims[0], added = pt.dims[1], inner = pt.dims[2];
   const int64_t total = outer * ctx.integer(3) * inner;
-  const Type index_type{DType::kI64, {total}};
-  auto i64 = [&](int64_t v) { return g.constant_int(v, DType::kI64, index_type.dims); };
-  Value rows = g.broadcast_in_dim(ctx.scalar(2, DType::kI64), index_type.dims, {});
-  Value row_length = g.binary("multiply", g.binary("add", rows, i64(added)), i64(inner));  // elements per outer
-  Value i = g.iota(index_type, 0);
-  Value o = g.binary("divide", i, row_length);
-  Value within = g.binary("subtract", i, g.binary("multiply", o, row_length));
-  Value r = g.binary("divide", within, i64(inner));
-  Value e = g.binary("remainder", within, i64(inner));
-  auto read = [&](Value flat, Value row, Value row_count) {
-    Value index = g.binary("add", g.binary("multiply", g.binary("add", g.binary("multiply", o, row_count), row), i64(inner)), e);
-    const int64_t last = g.type(flat).dims[0] - 1;
-    index = g.op("clamp", {g.constant_int(0, DType::kI64), index, g.constant_int(last, DType::kI64)}, index_type);
-    return g.gather_flat(flat, g.reshape(index, {total, 1}));
-  };
   const DType dtype = ctx.outputs[0].dtype;
-  Value old_part = read(ctx.tensor(0), r, rows);
-  Value new_part = read(g.reshape(cast_to(g, ctx.tensor(1), Type{dtype, pt.dims}), {pt.numel()}), g.binary("subtract", r, rows), i64(added));
-  Value joined = g.select(g.compare(r, rows, Comparison::kLT), cast_to(g, old_part, Type{dtype, {total}}), new_part);
-  return {g.select(g.compare(o, i64(outer), Comparison::kLT), joined, g.constant(0, dtype, {total}))};
+  Value old = cast_to(g, ctx.tensor(0), Type{dtype, ctx.type_of(0).dims});
+  const int64_t old_block = ctx.type_of(0).dims[0] / outer;  // the old capacity's rows, times inner
+  Value piece = g.reshape(cast_to(g, ctx.tensor(1), Type{dtype, pt.dims}), {outer, added * inner});
+  Value rows = g.convert(ctx.scalar(2, DType::kI64), DType::kI64);
+  auto i64 = [&](int64_t v) { return g.constant_int(v, DType::kI64); };
+  Value old_row_elements = g.binary("multiply", rows, i64(inner));
+  Value new_row_elements = g.binary("multiply", g.binary("add", rows, i64(added)), i64(inner));
+  Value out = g.constant(0, dtype, {total});
+  for (int64_t o = 0; o < outer; ++o) {
+    Value start = g.binary("multiply", i64(o), new_row_elements);
+    Value block = g.dynamic_slice(old, {g.binary("multiply", i64(o), old_row_elements)}, {old_block});
+    out = g.dynamic_update_slice(out, block, {start});
+    Value new_rows = g.reshape(g.slice(piece, {o, 0}, {o + 1, added * inner}, {1, 1}), {added * inner});
+    out = g.dynamic_update_slice(out, new_rows, {g.binary("add", start, old_row_elements)});
+  }
+  Value used = g.broadcast_in_dim(g.binary("multiply", i64(outer), new_row_elements), {total}, {});
+  Value inside = g.compare(g.iota(Type{DType::kI64, {total}}, 0), used, Comparison::kLT);
+  return {g.select(inside, out, g.constant(0, dtype, {total}))};
 }
 
 }  // namespace
