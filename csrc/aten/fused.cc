@@ -120,11 +120,16 @@ std::unordered_map<std::thread::id, Trace>& traces() {
   return *all;
 }
 
-// The calling thread's trace (caller holds trace_mutex()). Stays at its address: the map's nodes do.
+// The calling thread's trace (caller holds trace_mutex()). Stays at its address: the map's nodes do, and
+// none is erased, so a thread keeps its own at hand and looks the map up only for another owner's (its
+// backward pass on a device thread).
 Trace& current() {
+  thread_local Trace* own = nullptr;
   const std::thread::id owner = trace_owner();
+  if (own != nullptr && own->owner == owner) return *own;
   auto [it, added] = traces().try_emplace(owner);
   if (added) it->second.owner = owner;
+  if (owner == std::this_thread::get_id()) own = &it->second;
   return it->second;
 }
 
@@ -658,6 +663,11 @@ void run_and_clear(Trace& t, const char* reason) {
   }
   Trace trace = std::move(t);
   reset(t);
+  // A loop records traces of one size: the next starts with room for this one's (no regrowth per op).
+  t.ops.reserve(trace.ops.size());
+  t.externals.reserve(trace.externals.size());
+  t.origins.reserve(trace.origins.size());
+  t.bindings.reserve(trace.bindings.size());
   count_flush(reason);
   run_trace(std::move(trace));
 }
@@ -746,6 +756,11 @@ std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text) {
   }
   Trace trace = std::move(t);
   reset(t);
+  // A loop records traces of one size: the next starts with room for this one's (no regrowth per op).
+  t.ops.reserve(trace.ops.size());
+  t.externals.reserve(trace.externals.size());
+  t.origins.reserve(trace.origins.size());
+  t.bindings.reserve(trace.bindings.size());
   count_flush("compiled graph");
   return run_trace(std::move(trace), /*capture=*/true, want_text);
 }

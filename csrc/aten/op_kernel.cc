@@ -301,9 +301,9 @@ void record(const OpInfo& info, const std::shared_ptr<OpSignature>& signature, t
 // Index tensors in Tensor?[] arguments may live on the CPU, as with CUDA: copy them over. (The CPU elements
 // a Tensor[] may have, a foreach op's 0-dim scalars, stay where they are: their values are program operands,
 // as a lone 0-dim CPU tensor's is.)
-void move_list_tensors(torch::jit::Stack& stack, size_t first, c10::DeviceIndex device) {
+void move_list_tensors(const OpInfo& info, torch::jit::Stack& stack, size_t first, c10::DeviceIndex device) {
   for (size_t i = first; i < stack.size(); ++i) {
-    if (!is_tensor_list(stack[i]) || stack[i].isTensorList()) continue;
+    if (info.arg_classes[i - first] != ArgClass::kTensorList || !stack[i].isOptionalTensorList()) continue;
     std::vector<at::Tensor> elements = list_elements(stack[i]);
     bool moved = false;
     for (at::Tensor& t : elements) {
@@ -369,7 +369,7 @@ void check_scalars_fit(const OpInfo& info, const OpSignature& signature, const t
 
 }  // namespace
 
-c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+c10::DeviceIndex common_device(const OpInfo& info, const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
   const size_t first = stack.size() - schema.arguments().size();
   std::optional<c10::Device> device;
   std::optional<c10::Device> other;
@@ -384,10 +384,10 @@ c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::j
   };
   for (size_t i = first; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
-    const auto& argument = schema.arguments()[i - first];
-    const bool written = argument.alias_info() && argument.alias_info()->isWrite();
-    if (v.isTensor()) visit(v.toTensor(), !written);
-    else if (is_tensor_list(v)) {
+    const ArgClass kind = info.arg_classes[i - first];
+    if (kind == ArgClass::kTensor && v.isTensor()) {
+      visit(v.toTensor(), !is_mutated(info, i - first));
+    } else if (kind == ArgClass::kTensorList && is_tensor_list(v)) {
       // As CUDA: index tensors (Tensor?[]) may be on the CPU and are copied over, and so are a foreach op's
       // 0-dim CPU scalars; any other CPU element of a Tensor[] (torch.cat, torch.stack) is a device mismatch.
       for (const at::Tensor& t : list_elements(v)) {
@@ -426,9 +426,9 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
   const runtime::OpScope exit_scope;  // lets interpreter exit wait for this op (docs/reliability.md)
   if (log_ops()) std::fprintf(stderr, "[torchtpu] %s\n", info.name.c_str());
   const size_t first = stack->size() - op.schema().arguments().size();
-  const c10::DeviceIndex device = common_device(op.schema(), *stack);
+  const c10::DeviceIndex device = common_device(info, op.schema(), *stack);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
-  move_list_tensors(*stack, first, device);
+  move_list_tensors(info, *stack, first, device);
   try {
     if (!info.mutated.empty() && has_overlapping_write(info, *stack, first) &&
         run_on_host_storages(op, info, stack, first)) {
@@ -481,13 +481,14 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
     }
     if (!info.overflow_checked.empty()) check_scalars_fit(info, *signature, *stack, first);
     const bool check_errors = info.check_errors_arg >= 0 && (*stack)[first + info.check_errors_arg].toBool();
-    if (eager::mode() == eager::Mode::kFused && !check_errors) {
+    const eager::Mode mode = eager::mode();
+    if (mode == eager::Mode::kFused && !check_errors) {
       record(info, signature, *stack, first, device);
     } else {
       run(info, *signature, *stack, first, device);
     }
     // Debug mode: a failed value check raises at the op that made it.
-    if (signature->checks_values && eager::mode() == eager::Mode::kDebug) raise_value_errors(device);
+    if (signature->checks_values && mode == eager::Mode::kDebug) raise_value_errors(device);
     // What the CPU kernels do with check_errors=True: raise PyTorch's error for the first failed matrix.
     if (check_errors) {
       const at::Tensor& info_tensor = stack->back().toTensor();

@@ -25,7 +25,7 @@ void run_lowered_op(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Sta
 
 // Checks that every tensor argument lives on one tpu device (0-dim CPU tensors count as scalars) and
 // returns that device's index. Raises PyTorch's own device-mismatch message otherwise.
-c10::DeviceIndex common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
+c10::DeviceIndex common_device(const OpInfo& info, const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
 
 // The in-memory program cache: programs held, and programs evicted to respect
 // TORCHTPU_CACHE_MAX_PROGRAMS.
