@@ -400,14 +400,16 @@ TraceSource TraceRecording::external(runtime::BufferPtr buffer, ExternalOrigin o
   return {-1, index};
 }
 
-int TraceRecording::add_op(std::shared_ptr<OpSignature> signature, TraceSources sources) {
+int TraceRecording::add_op(const std::shared_ptr<OpSignature>& signature, TraceSources&& sources) {
   Trace& t = *trace_;
   t.key.add(static_cast<int64_t>(signature->id));
   for (const TraceSource& s : sources) {
     t.key.add(s.op);
     t.key.add(s.index);
   }
-  t.ops.push_back({std::move(signature), std::move(sources)});
+  TraceOp& op = t.ops.emplace_back();  // filled in place: the sources are copied once, not through a temporary
+  op.signature = signature;
+  op.sources = std::move(sources);
   counters().ops_recorded++;
   return static_cast<int>(t.ops.size()) - 1;
 }

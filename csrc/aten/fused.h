@@ -98,7 +98,7 @@ class TraceRecording {
   TraceSource storage(const at::Tensor& t);
   TraceSource external(runtime::BufferPtr buffer, ExternalOrigin origin = {});
   // Appends the op; returns its index.
-  int add_op(std::shared_ptr<OpSignature> signature, TraceSources sources);
+  int add_op(const std::shared_ptr<OpSignature>& signature, TraceSources&& sources);
   // Result `output` of op `op` becomes the value of `storage`.
   void bind(int op, int output, const c10::Storage& storage, DType dtype, const std::vector<int64_t>& dims);
   ~TraceRecording();
