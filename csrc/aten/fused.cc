@@ -84,6 +84,18 @@ void reset(Trace& t) {
   t.owner = owner;
 }
 
+// Moves the recorded ops out of `t` to run them, leaving it empty with room for as many: a loop records
+// traces of one size, so the next one's vectors do not regrow op by op.
+Trace take_recorded(Trace& t) {
+  Trace taken = std::move(t);
+  reset(t);
+  t.ops.reserve(taken.ops.size());
+  t.externals.reserve(taken.externals.size());
+  t.origins.reserve(taken.origins.size());
+  t.bindings.reserve(taken.bindings.size());
+  return taken;
+}
+
 // TORCHTPU_FUSED_OP_BY_OP=1 runs every trace op by op: tells a fusion problem from a recording one.
 bool op_by_op_requested() {
   static const bool requested = [] {
@@ -663,13 +675,7 @@ void run_and_clear(Trace& t, const char* reason) {
     if (t.capturing) reset(t);
     return;
   }
-  Trace trace = std::move(t);
-  reset(t);
-  // A loop records traces of one size: the next starts with room for this one's (no regrowth per op).
-  t.ops.reserve(trace.ops.size());
-  t.externals.reserve(trace.externals.size());
-  t.origins.reserve(trace.origins.size());
-  t.bindings.reserve(trace.bindings.size());
+  Trace trace = take_recorded(t);
   count_flush(reason);
   run_trace(std::move(trace));
 }
@@ -756,13 +762,7 @@ std::optional<FlushedTrace> end_capture(uint64_t id, bool want_text) {
     flush_trace("compiled graph");
     return std::nullopt;
   }
-  Trace trace = std::move(t);
-  reset(t);
-  // A loop records traces of one size: the next starts with room for this one's (no regrowth per op).
-  t.ops.reserve(trace.ops.size());
-  t.externals.reserve(trace.externals.size());
-  t.origins.reserve(trace.origins.size());
-  t.bindings.reserve(trace.bindings.size());
+  Trace trace = take_recorded(t);
   count_flush("compiled graph");
   return run_trace(std::move(trace), /*capture=*/true, want_text);
 }
